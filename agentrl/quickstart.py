@@ -8,9 +8,11 @@ Phases (each timed, each printed as it starts and ends):
 2. **index**     BM25 index over the corpus (``retriever.build_index``)
 3. **retriever** the retriever server as a subprocess (``retriever.process.RetrieverProcess``)
 4. **model**     a BPE tokenizer trained on the world's text and a random tiny Qwen2 LM
-5. **sft data**  oracle solutions of some training questions played through the *real*
-   rollout (scripted turns, real retriever, real observation tokens)
-6. **sft**       the warm start (``agentrl.trainer.sft``), stopped well short of convergence
+5. **sft data**  oracle solutions of some training questions, plus "shortcut" ones that
+   answer from memory instead of searching, played through the *real* rollout (scripted
+   turns, real retriever, real observation tokens)
+6. **sft**       the warm start (``agentrl.trainer.sft``): it learns to search and copy the
+   answer, but also learns to skip the search most of the time, and then guesses wrong
 7. **eval**      greedy held-out EM after SFT, per hop, and searches per question
 8. **ppo**       PPO (GAE, critic, KL in the reward) on Ray with the SFT model as actor,
    reference and critic initialisation (``agentrl.trainer.ppo_trainer``)
@@ -42,7 +44,15 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.data.qa import make_prompt, read_question_records, to_training_rows, write_rows
-from agentrl.data.world import World, generate_world, oracle_trajectory, write_world
+from agentrl.data.world import (
+    Question,
+    Turn,
+    World,
+    generate_world,
+    guess_trajectory,
+    oracle_trajectory,
+    write_world,
+)
 
 __all__ = ["FULL", "SHORT", "Profile", "QuickstartResult", "evaluate_policy", "main", "run_quickstart"]
 
@@ -66,6 +76,10 @@ class Profile:
     sft_max_steps: int | None
     sft_batch_size: int
     sft_lr: float
+    sft_min_lr_ratio: float  # the cosine schedule's floor; 0.1 left the model short of copying answers
+    # Shortcut demonstrations (answer from "memory", no search) per oracle one: the warm start
+    # then searches only some of the time, like a base model that does not trust its tool.
+    sft_shortcuts_per_demo: float
     eval_limit: int | None  # held-out questions in the before/after evaluation (None: all)
     ppo: dict[str, Any] = field(default_factory=dict)  # PPO config overrides (user overrides win)
 
@@ -95,27 +109,30 @@ FULL = Profile(
     kv_heads=2,
     intermediate_size=256,
     sft_questions={1: 300, 2: 250},  # 550 of the 726 training questions
-    sft_epochs=9,  # ~310 steps: past the point (~250) where copying out of the passage emerges
-    sft_max_steps=None,
+    sft_epochs=11,
+    sft_max_steps=900,  # copying out of the passage emerges after ~250 oracle steps (docs/quickstart.md)
     sft_batch_size=16,
     sft_lr=3e-3,
+    sft_min_lr_ratio=0.5,
+    sft_shortcuts_per_demo=1.5,  # the warm start searches ~40% of the time
     eval_limit=None,
     ppo=_COMMON_PPO
     | {
-        "data.train_batch_size": 24,
+        "data.train_batch_size": 16,
         "data.val_batch_size": 96,
         "data.val_limit": 96,
-        "actor.rollout.n": 2,
+        "actor.rollout.n": 4,
         "actor.rollout.temperature": 1.0,
         "actor.rollout.max_obs_length": 100,
-        "actor.ppo_mini_batch_size": 24,
-        "actor.ppo_micro_batch_size": 24,
-        "critic.ppo_mini_batch_size": 24,
-        "critic.ppo_micro_batch_size": 24,
-        "actor.optim.lr": 1.5e-4,  # 5e-4 collapsed into never searching after ~30 steps (docs/quickstart.md)
+        "actor.ppo_mini_batch_size": 64,
+        "actor.ppo_micro_batch_size": 32,
+        "critic.ppo_mini_batch_size": 64,
+        "critic.ppo_micro_batch_size": 32,
+        "actor.optim.lr": 2e-4,
         "critic.optim.lr": 1e-3,
         "actor.entropy_coeff": 0.0,
-        "trainer.total_steps": 60,
+        "algorithm.kl_ctrl.kl_coef": 0.02,
+        "trainer.total_steps": 40,
         "trainer.test_freq": 10,
     },
 )
@@ -134,6 +151,8 @@ SHORT = Profile(
     sft_max_steps=2,
     sft_batch_size=8,
     sft_lr=1e-3,
+    sft_min_lr_ratio=0.5,
+    sft_shortcuts_per_demo=1.5,
     eval_limit=8,
     ppo=_COMMON_PPO
     | {
@@ -207,6 +226,34 @@ def pick_sft_questions(world: World, per_hop: dict[int, int], seed: int) -> list
         pool = [q for q in world.train_questions if q.hop == hop]
         chosen += rng.sample(pool, min(count, len(pool)))
     return chosen
+
+
+def demonstration_rounds(world: World, questions: Sequence[Question], shortcuts_per_demo: float,
+                         seed: int) -> list[list[tuple[Question, list[Turn]]]]:  # fmt: skip
+    """The SFT scripts, in rounds of distinct questions (the scripted rollout takes each prompt once).
+
+    Round 0 is the oracle solution of every question; the later rounds hold shortcut
+    demonstrations (:func:`guess_trajectory`), about ``shortcuts_per_demo`` per question,
+    each answering at once, without a search, another training question's answer of the
+    same template (so the guess is plausible and wrong). Shortcuts stop before the first
+    search only: past it every demonstration copies from the retrieved passage, so the
+    copying skill is learned from all of them and RL's choice is made at one point.
+    """
+    rng = random.Random(seed + 1)
+    answers: dict[str, set[str]] = {}
+    for q in world.train_questions:
+        answers.setdefault(q.template, set()).add(q.golden_answers[0])
+    whole, part = int(shortcuts_per_demo), shortcuts_per_demo - int(shortcuts_per_demo)
+    counts = [whole + (rng.random() < part) for _ in questions]
+    rounds = [[(q, oracle_trajectory(q)) for q in questions]]
+    for r in range(max(counts, default=0)):
+        shortcut_round = []
+        for q, count in zip(questions, counts, strict=True):
+            wrong = sorted(answers[q.template] - set(q.golden_answers))
+            if count > r and wrong:
+                shortcut_round.append((q, guess_trajectory(q, rng.choice(wrong), searches=0)))
+        rounds.append(shortcut_round)
+    return rounds
 
 
 def tokenizer_texts(world: World) -> list[str]:
@@ -289,6 +336,7 @@ class QuickstartResult:
     sft_examples: int
     sft_loss: list[float]
     metrics: list[dict[str, Any]]
+    sft_shortcut_examples: int = 0  # of sft_examples, those that answer without finishing the search
 
 
 def _ppo_overrides(profile: Profile, out: Path, model_dir: Path, train: Path, val: Path, url: str,
@@ -373,23 +421,32 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
             prompts = build_prompt_dataset([str(sft_rows_file)], tokenizer, config.data.max_prompt_length, "sft").prompts
             if len(prompts) != len(questions):
                 raise ValueError(f"{len(questions) - len(prompts)} SFT prompts exceed data.max_prompt_length")
-            complete, incomplete = record_scripted_trajectories(
-                prompts, [[t.text for t in oracle_trajectory(q)] for q in questions], tokenizer,
-                config.actor.rollout, max_prompt_length=config.data.max_prompt_length,
-                max_response_length=config.data.max_response_length,
-            )  # fmt: skip
+            prompt_of = {q.id: p for q, p in zip(questions, prompts, strict=True)}
             sft_file = out / "sft_data.jsonl"
             sft_file.unlink(missing_ok=True)
-            dump_trajectories(complete, sft_file, tokenizer, rewards=[1.0] * len(complete))
-            print(f"  {len(complete)} demonstrations ({len(incomplete)} dropped: cut by a length limit)")
-            if not complete:
+            kept = {"oracle": 0, "shortcut": 0}
+            dropped = 0
+            for number, scripts in enumerate(demonstration_rounds(world, questions,
+                                                                  profile.sft_shortcuts_per_demo, seed)):  # fmt: skip
+                complete, incomplete = record_scripted_trajectories(
+                    [prompt_of[q.id] for q, _ in scripts], [[t.text for t in turns] for _, turns in scripts],
+                    tokenizer, config.actor.rollout, max_prompt_length=config.data.max_prompt_length,
+                    max_response_length=config.data.max_response_length,
+                )  # fmt: skip
+                kind = "oracle" if number == 0 else "shortcut"
+                dump_trajectories(complete, sft_file, tokenizer, rewards=[float(number == 0)] * len(complete))
+                kept[kind] += len(complete)
+                dropped += len(incomplete)
+            print(f"  {kept['oracle']} oracle + {kept['shortcut']} shortcut demonstrations "
+                  f"({dropped} dropped: cut by a length limit)")  # fmt: skip
+            if not kept["oracle"]:
                 raise RuntimeError("no complete oracle demonstration: raise max_tokens_per_turn / max_obs_length")
 
         with clock.phase("sft", "supervised warm start on the demonstrations"):
             examples: list[SFTExample] = load_sft_examples(sft_file)
             sft = SFTTrainer(model_dir, SFTConfig(epochs=profile.sft_epochs, max_steps=profile.sft_max_steps,
                                                   batch_size=profile.sft_batch_size, seed=seed,
-                                                  optim=_sft_optim(profile.sft_lr)))  # fmt: skip
+                                                  optim=_sft_optim(profile.sft_lr, profile.sft_min_lr_ratio)))  # fmt: skip
             sft_history = sft.fit(examples)
             sft_dir = sft.save(out / "sft_model")
             del sft
@@ -421,7 +478,7 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
     with clock.phase("report", "writing report.md and plots"):
         metrics = [json.loads(line) for line in (out / "ppo" / "metrics.jsonl").read_text().splitlines() if line]
         result = QuickstartResult(out, out / "report.md", before, after, clock.seconds, 0.0, len(examples),
-                                  [m["loss"] for m in sft_history], metrics)  # fmt: skip
+                                  [m["loss"] for m in sft_history], metrics, kept["shortcut"])  # fmt: skip
         result.total_seconds = clock.total
         write_report(result, profile, config)
     result.seconds = dict(clock.seconds)
@@ -431,10 +488,10 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
     return result
 
 
-def _sft_optim(lr: float) -> Any:
+def _sft_optim(lr: float, min_lr_ratio: float) -> Any:
     from agentrl.config.schema import OptimConfig
 
-    return OptimConfig(lr=lr, warmup_ratio=0.05, lr_schedule="cosine", min_lr_ratio=0.1)
+    return OptimConfig(lr=lr, warmup_ratio=0.05, lr_schedule="cosine", min_lr_ratio=min_lr_ratio)
 
 
 def _summary_line(result: dict[str, Any]) -> str:
@@ -516,7 +573,8 @@ cores: wall times grow with the load). Greedy decoding on held-out questions the
 
 {table}
 
-SFT: {result.sft_examples} oracle demonstrations, {len(result.sft_loss)} steps, loss
+SFT: {result.sft_examples} demonstrations ({result.sft_examples - result.sft_shortcut_examples} oracle,
+{result.sft_shortcut_examples} shortcuts that answer from memory), {len(result.sft_loss)} steps, loss
 {result.sft_loss[0]:.3f} → {result.sft_loss[-1]:.3f}.
 
 ![reward](reward.png)

@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 import pytest
 import ray
 
-from agentrl.quickstart import PHASES, SHORT, main, run_quickstart
+from agentrl.data.world import generate_world
+from agentrl.quickstart import PHASES, SHORT, demonstration_rounds, main, pick_sft_questions, run_quickstart
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +29,25 @@ def _finite(tree: dict) -> bool:
     return all(_finite(v) if isinstance(v, dict) else math.isfinite(v) for v in tree.values())
 
 
+def test_demonstration_rounds_mix_oracles_with_wrong_shortcuts():
+    world = generate_world(seed=0, num_countries=6, num_people=12, num_companies=6, num_distractors=6)
+    questions = pick_sft_questions(world, {1: 20, 2: 10}, seed=0)
+    rounds = demonstration_rounds(world, questions, shortcuts_per_demo=1.5, seed=0)
+
+    oracle, *shortcut_rounds = rounds
+    assert [q.id for q, _ in oracle] == [q.id for q in questions]
+    for scripts in rounds:  # the scripted rollout takes each prompt once per call
+        assert len({q.id for q, _ in scripts}) == len(scripts)
+    shortcuts = [(q, turns) for scripts in shortcut_rounds for q, turns in scripts]
+    assert 0.9 * 1.5 * len(questions) <= len(shortcuts) <= 1.1 * 1.5 * len(questions)
+    for q, turns in shortcuts:
+        guess = turns[-1].text.split("<answer>")[1].split("</answer>")[0].strip()
+        assert guess not in q.golden_answers, "a shortcut must answer wrongly"
+        assert len(turns) == 1 and turns[0].query is None, "a shortcut answers without searching"
+    assert rounds == demonstration_rounds(world, questions, shortcuts_per_demo=1.5, seed=0), "seeded"
+    assert demonstration_rounds(world, questions, shortcuts_per_demo=0.0, seed=0) == [oracle]
+
+
 def test_short_quickstart_writes_a_complete_report(tmp_path):
     out = tmp_path / "qs"
     result = run_quickstart(out, SHORT, seed=0)
@@ -35,6 +55,7 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
     assert list(result.seconds) == list(PHASES), "every phase must run, in order"
     assert all(s >= 0 for s in result.seconds.values())
     assert result.sft_examples > 0 and all(math.isfinite(x) for x in result.sft_loss)
+    assert 0 < result.sft_shortcut_examples < result.sft_examples
     for evaluation in (result.before, result.after):
         assert _finite(evaluation)
         assert evaluation["all"]["n"] == SHORT.eval_limit

@@ -30,6 +30,7 @@ __all__ = [
     "Turn",
     "World",
     "generate_world",
+    "guess_trajectory",
     "oracle_hit_rate",
     "oracle_text",
     "oracle_trajectory",
@@ -608,6 +609,27 @@ def oracle_trajectory(question: Question | str, world: World | None = None) -> l
     answer = question.golden_answers[0]
     final = " ".join([*known, f"So the answer is {answer}."])
     turns.append(Turn(f"<think> {final} </think>\n<answer> {answer} </answer>"))
+    return turns
+
+
+def guess_trajectory(question: Question, guess: str, searches: int = 0) -> list[Turn]:
+    """A shortcut trajectory: follow the oracle for ``searches`` steps, then answer ``guess``
+    from "memory" instead of searching on.
+
+    Demonstrations like this stand in for a base model that does not reliably use its tool
+    (it hallucinates an answer); mixed with oracle ones they give an SFT policy that searches
+    only some of the time, which RL can then learn from reward to do always. The guess turn
+    opens differently from a search turn ("I already know ..." against "I need to find ..."),
+    so the choice is made at one point the policy can shift.
+    """
+    if not 0 <= searches < len(question.chain):
+        raise ValueError(
+            f"searches must be in [0, {len(question.chain) - 1}] for a {question.hop}-hop question"
+        )
+    turns = oracle_trajectory(question)[:searches]
+    known = [f"{s.need[0].upper()}{s.need[1:]} is {s.answer}." for s in question.chain[:searches]]
+    final = " ".join([*known, f"I already know the answer: {guess}."])
+    turns.append(Turn(f"<think> {final} </think>\n<answer> {guess} </answer>"))
     return turns
 
 

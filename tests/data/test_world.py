@@ -14,6 +14,7 @@ from agentrl.data.world import (
     Question,
     Turn,
     generate_world,
+    guess_trajectory,
     oracle_hit_rate,
     oracle_text,
     oracle_trajectory,
@@ -140,6 +141,26 @@ def test_oracle_trajectory_is_well_formed_and_correct(world) -> None:
         assert parse_response(response).well_formed
         assert exact_match(extract_answer(response), q.golden_answers) == 1.0
     assert oracle_trajectory(world.test_questions[0].id, world) == oracle_trajectory(world.test_questions[0])
+
+
+def test_guess_trajectory_follows_the_oracle_then_answers_the_guess(world) -> None:
+    two_hop = next(q for q in world.test_questions if q.hop == 2)
+    oracle = oracle_trajectory(two_hop)
+    for searches in (0, 1):
+        turns = guess_trajectory(two_hop, "Nowhere", searches)
+        assert turns[:searches] == oracle[:searches], "the shortcut follows the oracle until it stops searching"
+        assert len(turns) == searches + 1 and turns[-1].query is None
+        docs = [f"\n\n<information>Doc 1(Title: x) {s.answer}</information>\n\n" for s in two_hop.chain[:searches]]
+        response = oracle_text(turns, docs)
+        assert parse_response(response).well_formed
+        assert extract_answer(response) == "Nowhere"
+        # The decision point: after restating what it found, the shortcut claims to know the
+        # answer where the oracle goes on to search.
+        known = "".join(f"{s.need[0].upper()}{s.need[1:]} is {s.answer}. " for s in two_hop.chain[:searches])
+        assert turns[-1].text.startswith(f"<think> {known}I already know the answer: Nowhere.")
+        assert oracle[searches].text.startswith(f"<think> {known}") and "I already know" not in oracle[searches].text
+    with pytest.raises(ValueError, match=r"searches must be in \[0, 1\]"):
+        guess_trajectory(two_hop, "Nowhere", 2)
 
 
 def test_question_json_round_trip(world) -> None:
