@@ -80,6 +80,7 @@ class Profile:
     # Shortcut demonstrations (answer from "memory", no search) per oracle one: the warm start
     # then searches only some of the time, like a base model that does not trust its tool.
     sft_shortcuts_per_demo: float
+    sft_habit_steps: int  # stage 2 of SFT: steps on oracle + shortcut demonstrations together
     eval_limit: int | None  # held-out questions in the before/after evaluation (None: all)
     ppo: dict[str, Any] = field(default_factory=dict)  # PPO config overrides (user overrides win)
 
@@ -109,12 +110,13 @@ FULL = Profile(
     kv_heads=2,
     intermediate_size=256,
     sft_questions={1: 300, 2: 250},  # 550 of the 726 training questions
-    sft_epochs=11,
-    sft_max_steps=900,  # copying out of the passage emerges after ~250 oracle steps (docs/quickstart.md)
+    sft_epochs=17,
+    sft_max_steps=560,  # stage 1; copying out of the passage emerges after ~250 steps (docs/quickstart.md)
     sft_batch_size=16,
     sft_lr=3e-3,
     sft_min_lr_ratio=0.5,
     sft_shortcuts_per_demo=1.5,  # the warm start searches ~40% of the time
+    sft_habit_steps=150,
     eval_limit=None,
     ppo=_COMMON_PPO
     | {
@@ -153,6 +155,7 @@ SHORT = Profile(
     sft_lr=1e-3,
     sft_min_lr_ratio=0.5,
     sft_shortcuts_per_demo=1.5,
+    sft_habit_steps=2,
     eval_limit=8,
     ppo=_COMMON_PPO
     | {
@@ -234,25 +237,21 @@ def demonstration_rounds(world: World, questions: Sequence[Question], shortcuts_
 
     Round 0 is the oracle solution of every question; the later rounds hold shortcut
     demonstrations (:func:`guess_trajectory`), about ``shortcuts_per_demo`` per question,
-    each answering at once, without a search, another training question's answer of the
-    same template (so the guess is plausible and wrong). Shortcuts stop before the first
-    search only: past it every demonstration copies from the retrieved passage, so the
-    copying skill is learned from all of them and RL's choice is made at one point.
+    that answer at once, without a search, with the name the question itself mentions (a
+    lazy guess that is always wrong). The guess copies a name out of the context, as the
+    oracle's queries and answers do; a guess made up from memory (a random entity) taught
+    a 2-layer model to make names up after a search too, and it stopped copying them out
+    of the passage. Shortcuts stop before the first search only, so RL's choice sits at
+    one point of the response.
     """
     rng = random.Random(seed + 1)
-    answers: dict[str, set[str]] = {}
-    for q in world.train_questions:
-        answers.setdefault(q.template, set()).add(q.golden_answers[0])
     whole, part = int(shortcuts_per_demo), shortcuts_per_demo - int(shortcuts_per_demo)
     counts = [whole + (rng.random() < part) for _ in questions]
     rounds = [[(q, oracle_trajectory(q)) for q in questions]]
     for r in range(max(counts, default=0)):
-        shortcut_round = []
-        for q, count in zip(questions, counts, strict=True):
-            wrong = sorted(answers[q.template] - set(q.golden_answers))
-            if count > r and wrong:
-                shortcut_round.append((q, guess_trajectory(q, rng.choice(wrong), searches=0)))
-        rounds.append(shortcut_round)
+        rounds.append([(q, guess_trajectory(q, q.subject, searches=0))
+                       for q, count in zip(questions, counts, strict=True)
+                       if count > r and q.subject not in q.golden_answers])  # fmt: skip
     return rounds
 
 
@@ -381,7 +380,7 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
     # Ray workers run one role at a time (the controller is sequential), so each may use every core.
     os.environ.setdefault("AGENTRL_TORCH_THREADS", str(os.cpu_count() or 1))
     out = Path(out_dir)
-    for stale in ("ppo", "sft_model", "model", "index"):  # a previous run must not be resumed or mixed in
+    for stale in ("ppo", "sft_skill", "sft_model", "model", "index"):  # a previous run must not be resumed or mixed in
         shutil.rmtree(out / stale, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     clock = PhaseClock(PHASES)
@@ -442,14 +441,24 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
             if not kept["oracle"]:
                 raise RuntimeError("no complete oracle demonstration: raise max_tokens_per_turn / max_obs_length")
 
-        with clock.phase("sft", "supervised warm start on the demonstrations"):
+        with clock.phase("sft", "supervised warm start: the skill, then the shortcut habit"):
             examples: list[SFTExample] = load_sft_examples(sft_file)
-            sft = SFTTrainer(model_dir, SFTConfig(epochs=profile.sft_epochs, max_steps=profile.sft_max_steps,
-                                                  batch_size=profile.sft_batch_size, seed=seed,
-                                                  optim=_sft_optim(profile.sft_lr, profile.sft_min_lr_ratio)))  # fmt: skip
-            sft_history = sft.fit(examples)
-            sft_dir = sft.save(out / "sft_model")
-            del sft
+            oracle_examples = load_sft_examples(sft_file, min_reward=1.0)  # shortcuts are dumped with reward 0
+            # Stage 1 on the oracle demonstrations alone: copying names out of a passage
+            # emerges late in a 2-layer model and the shortcuts' answers would compete with it.
+            sft_history = []
+            stages = [(oracle_examples, profile.sft_max_steps, profile.sft_epochs, out / "sft_skill")]
+            if kept["shortcut"] and profile.sft_habit_steps:
+                stages.append((examples, profile.sft_habit_steps, profile.sft_habit_steps, out / "sft_model"))
+            start_dir = model_dir
+            for stage_examples, max_steps, epochs, stage_dir in stages:
+                sft = SFTTrainer(start_dir, SFTConfig(epochs=epochs, max_steps=max_steps,
+                                                      batch_size=profile.sft_batch_size, seed=seed,
+                                                      optim=_sft_optim(profile.sft_lr, profile.sft_min_lr_ratio)))  # fmt: skip
+                sft_history += sft.fit(stage_examples)
+                start_dir = sft.save(stage_dir)
+                del sft
+            sft_dir = start_dir
 
         with clock.phase("eval_sft", "held-out evaluation after SFT"):
             before = evaluate_policy(sft_dir, test_file, config, profile.eval_limit, seed)
