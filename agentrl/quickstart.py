@@ -9,10 +9,12 @@ Phases (each timed, each printed as it starts and ends):
 3. **retriever** the retriever server as a subprocess (``retriever.process.RetrieverProcess``)
 4. **model**     a BPE tokenizer trained on the world's text and a random tiny Qwen2 LM
 5. **sft data**  oracle solutions of some training questions, plus "shortcut" ones that
-   answer from memory instead of searching, played through the *real* rollout (scripted
-   turns, real retriever, real observation tokens)
-6. **sft**       the warm start (``agentrl.trainer.sft``): it learns to search and copy the
-   answer, but also learns to skip the search most of the time, and then guesses wrong
+   answer at once with the name the question mentions, played through the *real* rollout
+   (scripted turns, real retriever, real observation tokens)
+6. **sft**       the warm start (``agentrl.trainer.sft``) in two stages: the oracle
+   demonstrations teach the skill (search, read, copy the answer out of the passage), then
+   a short pass over oracle + shortcuts teaches the habit of not searching, which PPO has
+   to unlearn from reward alone
 7. **eval**      greedy held-out EM after SFT, per hop, and searches per question
 8. **ppo**       PPO (GAE, critic, KL in the reward) on Ray with the SFT model as actor,
    reference and critic initialisation (``agentrl.trainer.ppo_trainer``)
@@ -135,7 +137,7 @@ FULL = Profile(
         "actor.entropy_coeff": 0.0,
         "algorithm.kl_ctrl.kl_coef": 0.02,
         "trainer.total_steps": 40,
-        "trainer.test_freq": 10,
+        "trainer.test_freq": 5,
     },
 )
 
@@ -582,9 +584,11 @@ cores: wall times grow with the load). Greedy decoding on held-out questions the
 
 {table}
 
-SFT: {result.sft_examples} demonstrations ({result.sft_examples - result.sft_shortcut_examples} oracle,
-{result.sft_shortcut_examples} shortcuts that answer from memory), {len(result.sft_loss)} steps, loss
-{result.sft_loss[0]:.3f} → {result.sft_loss[-1]:.3f}.
+SFT warm start: {profile.sft_max_steps} steps on the {result.sft_examples - result.sft_shortcut_examples} oracle
+demonstrations (the skill: search, read, copy the answer), then {profile.sft_habit_steps} steps on those plus
+{result.sft_shortcut_examples} shortcuts that answer at once with the name the question mentions (the habit
+PPO has to unlearn: the SFT model searches only some of the time, and greedy decoding not at all);
+{len(result.sft_loss)} steps in all, loss {result.sft_loss[0]:.3f} → {result.sft_loss[-1]:.3f}.
 
 ![reward](reward.png)
 

@@ -614,10 +614,10 @@ def oracle_trajectory(question: Question | str, world: World | None = None) -> l
 
 def guess_trajectory(question: Question, guess: str, searches: int = 0) -> list[Turn]:
     """A shortcut trajectory: follow the oracle for ``searches`` steps, then answer ``guess``
-    from "memory" instead of searching on.
+    without searching on.
 
     Demonstrations like this stand in for a base model that does not reliably use its tool
-    (it hallucinates an answer); mixed with oracle ones they give an SFT policy that searches
+    (it answers before it knows); mixed with oracle ones they give an SFT policy that searches
     only some of the time, which RL can then learn from reward to do always. The guess turn
     opens differently from a search turn ("I already know ..." against "I need to find ..."),
     so the choice is made at one point the policy can shift.
