@@ -74,8 +74,7 @@ class Profile:
     kv_heads: int
     intermediate_size: int
     sft_questions: dict[int, int]  # hop -> how many training questions get an oracle demonstration
-    sft_epochs: int
-    sft_max_steps: int | None
+    sft_skill_steps: int  # stage 1 of SFT: steps on the oracle demonstrations alone
     sft_batch_size: int
     sft_lr: float
     sft_min_lr_ratio: float  # the cosine schedule's floor; 0.1 left the model short of copying answers
@@ -112,8 +111,7 @@ FULL = Profile(
     kv_heads=2,
     intermediate_size=256,
     sft_questions={1: 300, 2: 250},  # 550 of the 726 training questions
-    sft_epochs=17,
-    sft_max_steps=560,  # stage 1; copying out of the passage emerges after ~250 steps (docs/quickstart.md)
+    sft_skill_steps=560,  # copying out of the passage emerges after ~250 steps (docs/quickstart.md)
     sft_batch_size=16,
     sft_lr=3e-3,
     sft_min_lr_ratio=0.5,
@@ -151,8 +149,7 @@ SHORT = Profile(
     kv_heads=1,
     intermediate_size=128,
     sft_questions={1: 12, 2: 4},
-    sft_epochs=1,
-    sft_max_steps=2,
+    sft_skill_steps=2,
     sft_batch_size=8,
     sft_lr=1e-3,
     sft_min_lr_ratio=0.5,
@@ -449,12 +446,13 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
             # Stage 1 on the oracle demonstrations alone: copying names out of a passage
             # emerges late in a 2-layer model and the shortcuts' answers would compete with it.
             sft_history = []
-            stages = [(oracle_examples, profile.sft_max_steps, profile.sft_epochs, out / "sft_skill")]
+            stages = [(oracle_examples, profile.sft_skill_steps, out / "sft_skill")]
             if kept["shortcut"] and profile.sft_habit_steps:
-                stages.append((examples, profile.sft_habit_steps, profile.sft_habit_steps, out / "sft_model"))
+                stages.append((examples, profile.sft_habit_steps, out / "sft_model"))
             start_dir = model_dir
-            for stage_examples, max_steps, epochs, stage_dir in stages:
-                sft = SFTTrainer(start_dir, SFTConfig(epochs=epochs, max_steps=max_steps,
+            for stage_examples, steps, stage_dir in stages:
+                epochs = math.ceil(steps * profile.sft_batch_size / len(stage_examples))
+                sft = SFTTrainer(start_dir, SFTConfig(epochs=epochs, max_steps=steps,
                                                       batch_size=profile.sft_batch_size, seed=seed,
                                                       optim=_sft_optim(profile.sft_lr, profile.sft_min_lr_ratio)))  # fmt: skip
                 sft_history += sft.fit(stage_examples)
@@ -584,7 +582,7 @@ cores: wall times grow with the load). Greedy decoding on held-out questions the
 
 {table}
 
-SFT warm start: {profile.sft_max_steps} steps on the {result.sft_examples - result.sft_shortcut_examples} oracle
+SFT warm start: {profile.sft_skill_steps} steps on the {result.sft_examples - result.sft_shortcut_examples} oracle
 demonstrations (the skill: search, read, copy the answer), then {profile.sft_habit_steps} steps on those plus
 {result.sft_shortcut_examples} shortcuts that answer at once with the name the question mentions (the habit
 PPO has to unlearn: the SFT model searches only some of the time, and greedy decoding not at all);
