@@ -99,7 +99,8 @@ def test_cross_encoder_scores_each_query_only_against_its_own_candidates(tiny_cr
         isolated = {h.doc_id: s for h, s in zip(own, rr.score_pairs([(q, h.contents) for h in own]), strict=True)}
         for h in ranked:  # the batched score equals this query's own (query, passage) score
             assert h.score == pytest.approx(isolated[h.doc_id], abs=1e-4)
-        assert [h.score for h in ranked] == sorted(isolated.values(), reverse=True)[:2]
+        # batching pads differently, so scores agree to float noise, not bit for bit
+        assert [h.score for h in ranked] == pytest.approx(sorted(isolated.values(), reverse=True)[:2], abs=1e-4)
     # p1 under query 0 carries query 0's score, which differs from what query 1 would give it
     p1_q0 = next(h.score for h in out[0] if h.doc_id == "p1")
     assert p1_q0 != pytest.approx(rr.score_pairs([(queries[1], cands[0][0].contents)])[0], abs=1e-6)
