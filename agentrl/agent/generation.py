@@ -173,6 +173,7 @@ class _Rollout:
         self.turns_used = 0  # non-final turns consumed
         self.done = False
         self._turn_cap_binding = True  # whether max_tokens_per_turn (not a budget) set this turn's cap
+        self._pending_tag = ""  # the tool whose outcome comes next
 
     # --- budgets ---------------------------------------------------------------------
 
@@ -242,6 +243,7 @@ class _Rollout:
             self.turns_used += 1
             traj.num_searches += 1
             traj.tool_calls[action.tag] = traj.tool_calls.get(action.tag, 0) + 1  # type: ignore[index]
+            self._pending_tag = action.tag  # type: ignore[assignment]
             return _ToolCall(action.tag, action.content)  # type: ignore[arg-type]
 
         traj.num_invalid_actions += 1
@@ -258,12 +260,14 @@ class _Rollout:
         if outcome.result is not None:
             for key, value in outcome.result.metrics.items():
                 self.traj.tool_metrics[key] = self.traj.tool_metrics.get(key, 0.0) + float(value)
-            self._observe(outcome.result.text)
+            if self._observe(outcome.result.text):
+                self.traj.tool_outputs.append((self._pending_tag, outcome.result.text))
         else:
             self.traj.tool_failures += 1
             self._observe(f"Error: the tool call failed ({outcome.error}).")
 
-    def _observe(self, text: str) -> None:
+    def _observe(self, text: str) -> bool:
+        """Append ``text`` as an observation; False when there was no room and the trajectory ended."""
         obs = self.m.observations.encode(text, final_turn=self.final_turn)
         if obs.tokens_cut:
             self.traj.truncation.observations_cut += 1
@@ -271,8 +275,9 @@ class _Rollout:
         room, limit = self._room()
         if len(obs.ids) >= room:  # no room left for the policy to respond to it
             self._end_over_budget(limit)
-            return
+            return False
         self.traj.append(obs.ids, Segment.OBSERVATION)
+        return True
 
 
 class LLMGenerationManager:

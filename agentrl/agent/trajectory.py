@@ -90,6 +90,9 @@ class Trajectory:
     tool_metrics: dict[str, float] = field(default_factory=dict)  # summed ToolResult.metrics
     token_drift: int | None = None  # set when RolloutConfig.check_token_drift is on
     finish_reasons: list[str] = field(default_factory=list)  # engine finish reason per turn
+    # (tool tag, text) of every tool result that became an observation, before wrapping and
+    # truncation: what the tools returned, told apart from hints and error notes
+    tool_outputs: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def prompt_ids(self) -> list[int]:

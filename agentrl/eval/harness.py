@@ -50,7 +50,7 @@ from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.prompts import MODES, build_prompt
 from agentrl.eval.report import aggregate, markdown_table, settings_lines
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
-from agentrl.rewards import answer_metrics, cover_exact_match, extract_answer
+from agentrl.rewards import answer_metrics, cover_exact_match, extract_answer, normalize_answer
 
 __all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir"]
 
@@ -204,15 +204,26 @@ def _model_text(tokenizer: Any, traj: Trajectory) -> str:
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
+def gold_in_documents(texts: Sequence[str], golds: Sequence[str]) -> bool:
+    """Whether a SQuAD-normalised golden answer occurs on token boundaries in one of ``texts``.
+
+    The retriever's recall test: a gold "no" does not match inside "north", as it would
+    with the substring rule of cover-EM.
+    """
+    padded = [f" {normalize_answer(t)} " for t in texts]
+    wanted = [f" {g} " for g in map(normalize_answer, golds) if g]
+    return any(g in p for g in wanted for p in padded)
+
+
 def _record(
     mode: str, q: EvalQuestion, traj: Trajectory, text: str, model_text: str, docs: list[dict] | None
 ) -> dict[str, Any]:
     golds = list(q.golden_answers)
     m = answer_metrics(text, golds)  # the trainer's validation metrics, so the numbers agree
     if mode == "rag":
-        hit: float | None = float(any(cover_exact_match(d["contents"], golds) for d in docs or []))
-    elif mode == "agent":
-        hit = m["retrieval_hit"]
+        hit: float | None = float(gold_in_documents([d["contents"] for d in docs or []], golds))
+    elif mode == "agent":  # what the tools returned, not the hints and notes around it
+        hit = float(gold_in_documents([text for _, text in traj.tool_outputs], golds))
     else:
         hit = None
     return {

@@ -123,6 +123,9 @@ def test_max_turns_then_forced_final_answer_turn(tokenizer, retriever_url, sched
     # only the observation after the last allowed search carries the note
     text = tokenizer.decode(t.response_ids)
     assert text.count(FINAL_TURN_NOTE) == 1 and text.index(FINAL_TURN_NOTE) > text.index("query number 2")
+    # the tools' own outputs are kept apart from the note the manager adds around them
+    assert [tag for tag, _ in t.tool_outputs] == ["search"] * 3
+    assert all(out in text and FINAL_TURN_NOTE not in out for _, out in t.tool_outputs)
 
 
 def test_policy_that_never_answers_stops_after_final_turn(tokenizer, retriever_url):
@@ -148,6 +151,7 @@ def test_invalid_action_gets_hint_and_counts(tokenizer, retriever_url):
     assert_rollout_invariants([t], engine, tokenizer)
     assert (t.num_invalid_actions, t.num_valid_actions, t.num_searches, t.finished) == (2, 1, 0, True)
     assert tokenizer.decode(t.response_ids).count(INVALID_ACTION_HINT) == 2
+    assert t.tool_outputs == [], "a hint is not a tool output"
 
 
 def test_turn_budget_hit_is_counted(tokenizer, retriever_url):
