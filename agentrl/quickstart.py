@@ -230,7 +230,7 @@ def pick_sft_questions(world: World, per_hop: dict[int, int], seed: int) -> list
     return chosen
 
 
-def demonstration_rounds(world: World, questions: Sequence[Question], shortcuts_per_demo: float,
+def demonstration_rounds(questions: Sequence[Question], shortcuts_per_demo: float,
                          seed: int) -> list[list[tuple[Question, list[Turn]]]]:  # fmt: skip
     """The SFT scripts, in rounds of distinct questions (the scripted rollout takes each prompt once).
 
@@ -424,8 +424,7 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
             sft_file.unlink(missing_ok=True)
             kept = {"oracle": 0, "shortcut": 0}
             dropped = 0
-            for number, scripts in enumerate(demonstration_rounds(world, questions,
-                                                                  profile.sft_shortcuts_per_demo, seed)):  # fmt: skip
+            for number, scripts in enumerate(demonstration_rounds(questions, profile.sft_shortcuts_per_demo, seed)):
                 complete, incomplete = record_scripted_trajectories(
                     [prompt_of[q.id] for q, _ in scripts], [[t.text for t in turns] for _, turns in scripts],
                     tokenizer, config.actor.rollout, max_prompt_length=config.data.max_prompt_length,

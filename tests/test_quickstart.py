@@ -32,7 +32,7 @@ def _finite(tree: dict) -> bool:
 def test_demonstration_rounds_mix_oracles_with_wrong_shortcuts():
     world = generate_world(seed=0, num_countries=6, num_people=12, num_companies=6, num_distractors=6)
     questions = pick_sft_questions(world, {1: 20, 2: 10}, seed=0)
-    rounds = demonstration_rounds(world, questions, shortcuts_per_demo=1.5, seed=0)
+    rounds = demonstration_rounds(questions, shortcuts_per_demo=1.5, seed=0)
 
     oracle, *shortcut_rounds = rounds
     assert [q.id for q, _ in oracle] == [q.id for q in questions]
@@ -44,8 +44,8 @@ def test_demonstration_rounds_mix_oracles_with_wrong_shortcuts():
         guess = turns[-1].text.split("<answer>")[1].split("</answer>")[0].strip()
         assert guess == q.subject and guess not in q.golden_answers, "a shortcut echoes the question's name"
         assert len(turns) == 1 and turns[0].query is None, "a shortcut answers without searching"
-    assert rounds == demonstration_rounds(world, questions, shortcuts_per_demo=1.5, seed=0), "seeded"
-    assert demonstration_rounds(world, questions, shortcuts_per_demo=0.0, seed=0) == [oracle]
+    assert rounds == demonstration_rounds(questions, shortcuts_per_demo=1.5, seed=0), "seeded"
+    assert demonstration_rounds(questions, shortcuts_per_demo=0.0, seed=0) == [oracle]
 
 
 def test_short_quickstart_writes_a_complete_report(tmp_path):

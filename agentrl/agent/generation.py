@@ -173,7 +173,6 @@ class _Rollout:
         self.turns_used = 0  # non-final turns consumed
         self.done = False
         self._turn_cap_binding = True  # whether max_tokens_per_turn (not a budget) set this turn's cap
-        self._pending_tag = ""  # the tool whose outcome comes next
 
     # --- budgets ---------------------------------------------------------------------
 
@@ -243,7 +242,6 @@ class _Rollout:
             self.turns_used += 1
             traj.num_searches += 1
             traj.tool_calls[action.tag] = traj.tool_calls.get(action.tag, 0) + 1  # type: ignore[index]
-            self._pending_tag = action.tag  # type: ignore[assignment]
             return _ToolCall(action.tag, action.content)  # type: ignore[arg-type]
 
         traj.num_invalid_actions += 1
@@ -256,12 +254,12 @@ class _Rollout:
             self._observe(INVALID_ACTION_HINT)
         return None
 
-    def on_tool_outcome(self, outcome: _ToolOutcome) -> None:
+    def on_tool_outcome(self, tag: str, outcome: _ToolOutcome) -> None:
         if outcome.result is not None:
             for key, value in outcome.result.metrics.items():
                 self.traj.tool_metrics[key] = self.traj.tool_metrics.get(key, 0.0) + float(value)
             if self._observe(outcome.result.text):
-                self.traj.tool_outputs.append((self._pending_tag, outcome.result.text))
+                self.traj.tool_outputs.append((tag, outcome.result.text))
         else:
             self.traj.tool_failures += 1
             self._observe(f"Error: the tool call failed ({outcome.error}).")
@@ -403,7 +401,7 @@ class LLMGenerationManager:
             while (req := r.request()) is not None:
                 call = r.on_generation(await self.engine.generate(*req))
                 if call is not None:
-                    r.on_tool_outcome(await dispatcher.call(call.tag, call.content))
+                    r.on_tool_outcome(call.tag, await dispatcher.call(call.tag, call.content))
 
         tasks = [asyncio.ensure_future(one(r)) for r in rollouts]
         try:
@@ -438,7 +436,7 @@ class LLMGenerationManager:
             outcomes = await asyncio.gather(*(dispatcher.run_batch(t, [c for _, c in calls[t]]) for t in tags))
             for tag, outs in zip(tags, outcomes, strict=True):
                 for (r, _), outcome in zip(calls[tag], outs, strict=True):
-                    r.on_tool_outcome(outcome)
+                    r.on_tool_outcome(tag, outcome)
             active = [r for r, _ in requests if not r.done]
 
 

@@ -588,6 +588,11 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     return paths
 
 
+def _finding(step: ChainStep) -> str:
+    """What a search step established, as the oracle restates it: "The capital of X is Y.\""""
+    return f"{step.need[0].upper()}{step.need[1:]} is {step.answer}."
+
+
 def oracle_trajectory(question: Question | str, world: World | None = None) -> list[Turn]:
     """The ideal response as model turns, for an SFT warm start.
 
@@ -605,7 +610,7 @@ def oracle_trajectory(question: Question | str, world: World | None = None) -> l
         lead = "I need to find" if i == 0 else "Now I need to find"
         thought = " ".join([*known, f"{lead} {step.need}."])
         turns.append(Turn(f"<think> {thought} </think>\n<search> {step.query} </search>", step.query))
-        known.append(f"{step.need[0].upper()}{step.need[1:]} is {step.answer}.")
+        known.append(_finding(step))
     answer = question.golden_answers[0]
     final = " ".join([*known, f"So the answer is {answer}."])
     turns.append(Turn(f"<think> {final} </think>\n<answer> {answer} </answer>"))
@@ -627,7 +632,7 @@ def guess_trajectory(question: Question, guess: str, searches: int = 0) -> list[
             f"searches must be in [0, {len(question.chain) - 1}] for a {question.hop}-hop question"
         )
     turns = oracle_trajectory(question)[:searches]
-    known = [f"{s.need[0].upper()}{s.need[1:]} is {s.answer}." for s in question.chain[:searches]]
+    known = [_finding(step) for step in question.chain[:searches]]
     final = " ".join([*known, f"I already know the answer: {guess}."])
     turns.append(Turn(f"<think> {final} </think>\n<answer> {guess} </answer>"))
     return turns

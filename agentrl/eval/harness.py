@@ -50,7 +50,7 @@ from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.prompts import MODES, build_prompt
 from agentrl.eval.report import aggregate, markdown_table, settings_lines
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
-from agentrl.rewards import answer_metrics, cover_exact_match, extract_answer, normalize_answer
+from agentrl.rewards import answer_metrics, cover_exact_match, extract_answer, gold_in_documents
 
 __all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir"]
 
@@ -202,17 +202,6 @@ def _model_text(tokenizer: Any, traj: Trajectory) -> str:
     """What the model itself wrote (observation segments left out), without special tokens."""
     ids = [t for t, seg in zip(traj.response_ids, traj.segments, strict=True) if seg == Segment.MODEL]
     return tokenizer.decode(ids, skip_special_tokens=True)
-
-
-def gold_in_documents(texts: Sequence[str], golds: Sequence[str]) -> bool:
-    """Whether a SQuAD-normalised golden answer occurs on token boundaries in one of ``texts``.
-
-    The retriever's recall test: a gold "no" does not match inside "north", as it would
-    with the substring rule of cover-EM.
-    """
-    padded = [f" {normalize_answer(t)} " for t in texts]
-    wanted = [f" {g} " for g in map(normalize_answer, golds) if g]
-    return any(g in p for g in wanted for p in padded)
 
 
 def _record(

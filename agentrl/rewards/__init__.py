@@ -4,7 +4,13 @@ Torch-free on purpose: the reward worker, evaluation scripts and tests import it
 """
 
 from agentrl.rewards.manager import RewardSettings, score_batch
-from agentrl.rewards.match import cover_exact_match, exact_match, f1_score, normalize_answer
+from agentrl.rewards.match import (
+    cover_exact_match,
+    exact_match,
+    f1_score,
+    gold_in_documents,
+    normalize_answer,
+)
 from agentrl.rewards.registry import load_scorer, register_scorer, registered_data_sources, resolve_scorer
 from agentrl.rewards.scorers import (
     FormatScorer,
@@ -32,6 +38,7 @@ __all__ = [
     "extract_answer",
     "f1_score",
     "format_score",
+    "gold_in_documents",
     "information_texts",
     "load_scorer",
     "normalize_answer",

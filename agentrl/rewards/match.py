@@ -13,7 +13,7 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["as_gold_list", "cover_exact_match", "exact_match", "f1_score", "normalize_answer"]
+__all__ = ["as_gold_list", "cover_exact_match", "exact_match", "f1_score", "gold_in_documents", "normalize_answer"]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)
@@ -69,6 +69,18 @@ def cover_exact_match(pred: str, golds: str | Sequence[str]) -> float:
     """
     p = normalize_answer(pred)
     return float(any(normalize_answer(g) in p for g in as_gold_list(golds)))
+
+
+def gold_in_documents(texts: Sequence[str], golds: str | Sequence[str]) -> bool:
+    """Whether a normalised golden answer occurs on token boundaries in one of ``texts``.
+
+    The retriever's recall rule (``retriever.evaluation.has_answer``, kept apart because the
+    retriever imports nothing of agentrl): unlike :func:`cover_exact_match`, a gold "no"
+    does not match inside "north".
+    """
+    padded = [f" {normalize_answer(t)} " for t in texts]
+    wanted = [f" {g} " for g in map(normalize_answer, as_gold_list(golds)) if g]
+    return any(g in p for g in wanted for p in padded)
 
 
 def _token_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentrl.rewards import cover_exact_match, exact_match, f1_score, normalize_answer
+from agentrl.rewards import cover_exact_match, exact_match, f1_score, gold_in_documents, normalize_answer
 
 
 @pytest.mark.parametrize(
@@ -93,3 +93,10 @@ def test_f1_is_symmetric(a: str, b: str) -> None:
 @given(text, text, text)
 def test_cover_em_finds_gold_inside_longer_answer(prefix: str, gold: str, suffix: str) -> None:
     assert cover_exact_match(f"{prefix} {gold} {suffix}", [gold]) == 1.0
+
+
+def test_gold_in_documents_matches_on_token_boundaries():
+    assert gold_in_documents(["The answer is: No."], ["no"])
+    assert not gold_in_documents(["It lies north of the river, known for snow."], ["no"])  # "no" inside words
+    assert gold_in_documents(["x", "Paris is on the Seine, a river."], ["the Seine"])  # articles normalised
+    assert not gold_in_documents([], ["Paris"]) and not gold_in_documents(["Paris"], [""])
