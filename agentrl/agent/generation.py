@@ -73,6 +73,7 @@ from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 from agentrl.config.schema import RolloutConfig
 from agentrl.core.batch import Batch
 from agentrl.engines.base import Engine, GenerationResult, SamplingParams
+from agentrl.seeding import derive_seed
 
 SCHEDULES = ("concurrent", "lockstep")
 TOOL_ERROR_POLICIES = ("observe", "raise")
@@ -166,10 +167,11 @@ class _ToolCall:
 class _Rollout:
     """The state machine of one trajectory, shared by both schedules."""
 
-    def __init__(self, manager: LLMGenerationManager, traj: Trajectory, base: SamplingParams):
+    def __init__(self, manager: LLMGenerationManager, traj: Trajectory, base: SamplingParams, seed: int | None):
         self.m = manager
         self.traj = traj
         self.base = base
+        self.seed = seed  # this trajectory's own stream; turn t samples with derive_seed(seed, t)
         self.turns_used = 0  # non-final turns consumed
         self.done = False
         self._turn_cap_binding = True  # whether max_tokens_per_turn (not a budget) set this turn's cap
@@ -207,10 +209,7 @@ class _Rollout:
         per_turn = self.base.max_new_tokens
         self._turn_cap_binding = per_turn <= room
         stops = self.m.final_stops if self.final_turn else self.m.turn_stops
-        # A per-request seed would make every request's SamplingParams distinct, and the
-        # engine only coalesces identical ones: concurrent requests go unseeded; lockstep
-        # seeds each batch call instead (see _run_lockstep).
-        seed = None
+        seed = None if self.seed is None else derive_seed(self.seed, self.traj.num_turns)
         params = replace(
             self.base,
             max_new_tokens=min(per_turn, room),
@@ -353,9 +352,9 @@ class LLMGenerationManager:
 
         ``sampling.max_new_tokens`` is the per-turn budget (default: ``max_tokens_per_turn``);
         its ``stop`` strings are extended with the tool/answer closing tags. A fixed
-        ``sampling.seed`` seeds the lockstep schedule (per batch call, the engine offsets
-        it per row, so samples of a group differ); the concurrent schedule samples
-        unseeded so that the engine can coalesce requests.
+        ``sampling.seed`` makes the rollout reproducible under either schedule: trajectory
+        ``row`` (its place in the returned list) samples turn ``t`` with
+        ``derive_seed(derive_seed(seed, row), t)``, a stream no other row, turn or seed shares.
         """
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -369,7 +368,8 @@ class LLMGenerationManager:
             group_id = uuid.uuid4().hex
             for k in range(n):
                 traj = Trajectory(prompt=p, group_id=group_id, uid=f"{group_id}-{k}")
-                rollouts.append(_Rollout(self, traj, base))
+                row_seed = None if base.seed is None else derive_seed(base.seed, len(rollouts))
+                rollouts.append(_Rollout(self, traj, base, row_seed))
         dispatcher = _ToolDispatcher(self.tools, self.config.tool_error_policy)
         try:
             if self.config.schedule == "concurrent":
@@ -413,22 +413,21 @@ class LLMGenerationManager:
 
     async def _run_lockstep(self, rollouts: list[_Rollout], dispatcher: _ToolDispatcher) -> None:
         active = rollouts
-        base_seed = rollouts[0].base.seed if rollouts else None
-        step = 0
         while active:
             requests = [(r, req) for r in active if (req := r.request()) is not None]
             if not requests:
                 break
-            # One generate_batch per distinct (budget, stop set); one seed per batch call.
-            by_params: dict[SamplingParams, list[tuple[_Rollout, list[int]]]] = defaultdict(list)
+            # One generate_batch per distinct (budget, stop set), each row with its own seed.
+            by_params: dict[SamplingParams, list[tuple[_Rollout, list[int], int | None]]] = defaultdict(list)
             for r, (ids, params) in requests:
-                by_params[replace(params, seed=None)].append((r, ids))
+                by_params[replace(params, seed=None)].append((r, ids, params.seed))
             calls: dict[str, list[tuple[_Rollout, str]]] = defaultdict(list)
             for params, group in by_params.items():
-                step += 1
-                seed = None if base_seed is None else base_seed + step
-                results = await self.engine.generate_batch([ids for _, ids in group], replace(params, seed=seed))
-                for (r, _), result in zip(group, results, strict=True):
+                seeds = [seed for _, _, seed in group]
+                results = await self.engine.generate_batch(
+                    [ids for _, ids, _ in group], params, seeds=None if None in seeds else seeds
+                )
+                for (r, _, _), result in zip(group, results, strict=True):
                     call = r.on_generation(result)
                     if call is not None:
                         calls[call.tag].append((r, call.content))

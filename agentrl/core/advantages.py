@@ -65,15 +65,21 @@ def _group_index(group_ids: torch.Tensor | list) -> torch.Tensor:
 
 def _group_stats(
     scores: torch.Tensor, group: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-sample group size, group sum and group sum of squares (gathered back)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample group size, group sum, group sum of squared deviations from the group
+    mean (two-pass, so equal scores give exactly 0) and whether the group's scores all
+    tie, each gathered back to the samples."""
     num_groups = int(group.max().item()) + 1 if group.numel() else 0
     zeros = torch.zeros(num_groups, dtype=scores.dtype, device=scores.device)
     group = group.to(scores.device)
     count = zeros.index_add(0, group, torch.ones_like(scores))
     total = zeros.index_add(0, group, scores)
-    total_sq = zeros.index_add(0, group, scores * scores)
-    return count[group], total[group], total_sq[group]
+    centered = scores - (total / count.clamp(min=1.0))[group]
+    squared_deviation = zeros.index_add(0, group, centered * centered)
+    lowest = zeros.scatter_reduce(0, group, scores, reduce="amin", include_self=False)
+    highest = zeros.scatter_reduce(0, group, scores, reduce="amax", include_self=False)
+    tied = (lowest == highest)[group]
+    return count[group], total[group], squared_deviation[group], tied
 
 
 def _broadcast_over_tokens(per_sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -99,18 +105,18 @@ def compute_grpo_advantages(
         A_i =  s_i − mean_g(s)                           (Dr.GRPO)
 
     std is the unbiased estimate (÷ (n_g − 1)), as ``torch.std``. A group of one has no
-    baseline and gets A = 0. The scalar is broadcast over the unmasked tokens;
-    returns equal advantages (there is no critic).
+    baseline, and a group whose scores all tie has no signal: both get A = 0 exactly (in
+    float arithmetic the tie's mean can miss the scores by an ulp, which ÷ (std + eps)
+    would blow up into a same-signed advantage). The scalar is broadcast over the
+    unmasked tokens; returns equal advantages (there is no critic).
     """
     scores = scores.to(torch.float32) if not scores.is_floating_point() else scores
-    count, total, total_sq = _group_stats(scores, _group_index(group_ids))
-    mean = total / count
-    centered = scores - mean
+    count, total, squared_deviation, tied = _group_stats(scores, _group_index(group_ids))
+    centered = scores - total / count
     if norm_by_std:
-        variance = (total_sq - count * mean * mean) / (count - 1).clamp(min=1.0)
-        std = variance.clamp(min=0.0).sqrt()
+        std = (squared_deviation / (count - 1).clamp(min=1.0)).sqrt()
         centered = centered / (std + eps)
-    per_sequence = torch.where(count > 1, centered, torch.zeros_like(centered))
+    per_sequence = torch.where((count > 1) & ~tied, centered, torch.zeros_like(centered))
     advantages = _broadcast_over_tokens(per_sequence, mask)
     return advantages, advantages.clone()
 
@@ -122,12 +128,12 @@ def compute_rloo_advantages(
 
         A_i = s_i − (Σ_{j∈g} s_j − s_i) / (n_g − 1)  =  n_g/(n_g − 1) · (s_i − mean_g(s))
 
-    A group of one gets A = 0.
+    A group of one, and a group whose scores all tie, get A = 0 exactly.
     """
     scores = scores.to(torch.float32) if not scores.is_floating_point() else scores
-    count, total, _ = _group_stats(scores, _group_index(group_ids))
+    count, total, _, tied = _group_stats(scores, _group_index(group_ids))
     baseline = (total - scores) / (count - 1).clamp(min=1.0)
-    per_sequence = torch.where(count > 1, scores - baseline, torch.zeros_like(scores))
+    per_sequence = torch.where((count > 1) & ~tied, scores - baseline, torch.zeros_like(scores))
     advantages = _broadcast_over_tokens(per_sequence, mask)
     return advantages, advantages.clone()
 

@@ -49,14 +49,17 @@ def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) ->
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm_tokens: int | None = None) -> torch.Tensor:
     """Reduce a ``(B, T)`` loss matrix to a scalar over the unmasked tokens.
 
         token-mean:               Σ_{i,t} m L / Σ_{i,t} m
         seq-mean-token-sum:       (1/B) Σ_i Σ_t m L
         seq-mean-token-mean:      (1/B) Σ_i (Σ_t m L / Σ_t m)
-        seq-mean-token-sum-norm:  (1/B) Σ_i Σ_t m L / T      (Dr.GRPO constant normaliser)
+        seq-mean-token-sum-norm:  (1/B) Σ_i Σ_t m L / C      (Dr.GRPO constant normaliser)
 
+    C = ``norm_tokens`` is a configured constant (the response budget, as Dr.GRPO
+    specifies), never a property of the batch: dividing by the batch's longest response
+    would change the effective learning rate from one step to the next.
     Sequences with no unmasked token contribute 0 to the seq-mean modes' sums.
     """
     if mode == "token-mean":
@@ -68,7 +71,12 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Ten
         counts = mask.to(loss_mat.dtype).sum(dim=-1).clamp(min=1.0)
         return (per_sequence_sum / counts).mean()
     if mode == "seq-mean-token-sum-norm":
-        return (per_sequence_sum / mask.shape[-1]).mean()
+        if norm_tokens is None or norm_tokens < 1:
+            raise ValueError(
+                f"loss_agg_mode 'seq-mean-token-sum-norm' divides by a constant token count: pass "
+                f"norm_tokens >= 1 (the response budget), got {norm_tokens!r}"
+            )
+        return (per_sequence_sum / norm_tokens).mean()
     raise ValueError(f"unknown loss_agg_mode '{mode}'; expected one of {list(LOSS_AGG_MODES)}")
 
 
@@ -84,8 +92,9 @@ def policy_loss(
     clip_high: float = 0.2,
     dual_clip_c: float | None = None,
     agg: str = "token-mean",
+    norm_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's clipped surrogate, per token, aggregated by ``agg``.
+    """PPO's clipped surrogate, per token, aggregated by ``agg`` (``norm_tokens``: see ``agg_loss``).
 
         r_t = exp(log π_θ(a_t) − log π_old(a_t))
         L_t = −min(r_t A_t, clip(r_t, 1 − ε_low, 1 + ε_high) A_t)
@@ -117,7 +126,7 @@ def policy_loss(
         lower_active = (negative & (loss_mat > bound)).to(loss_mat.dtype)
         loss_mat = torch.where(negative, dual, loss_mat)
 
-    loss = agg_loss(loss_mat, mask, agg)
+    loss = agg_loss(loss_mat, mask, agg, norm_tokens)
     metrics = {
         "pg_clipfrac": masked_mean(clip_active, mask).detach(),
         "pg_clipfrac_lower": masked_mean(lower_active, mask).detach(),
@@ -133,6 +142,7 @@ def value_loss(
     mask: torch.Tensor,
     clip: float | None = 0.5,
     agg: str = "token-mean",
+    norm_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped value regression (PPO2 style).
 
@@ -151,7 +161,7 @@ def value_loss(
         clipped = (values_clipped - returns).square()
         loss_mat = 0.5 * torch.maximum(unclipped, clipped)
         clip_active = (clipped > unclipped).to(loss_mat.dtype)
-    loss = agg_loss(loss_mat, mask, agg)
+    loss = agg_loss(loss_mat, mask, agg, norm_tokens)
     return loss, {"vf_clipfrac": masked_mean(clip_active, mask).detach()}
 
 

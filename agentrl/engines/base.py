@@ -16,6 +16,7 @@ temperature 1 for the log-prob.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -78,8 +79,11 @@ class Engine(Protocol):
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult: ...
 
     async def generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams
-    ) -> list[GenerationResult]: ...
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[GenerationResult]:
+        """One continuation per prompt; row i seeded with ``seeds[i]`` when given (else derived
+        from ``params.seed`` and i, or random without a seed)."""
+        ...
 
     def update_weights(self, state_dict: dict) -> None:
         """Load new policy weights in place (no reload from disk)."""

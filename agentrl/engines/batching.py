@@ -10,11 +10,13 @@ stays free for retrieval I/O meanwhile -- and resolves each caller's future.
 Subclasses implement only ``_generate_rows``: a synchronous batched generation over
 prompts that share one ``SamplingParams``, with one seed per row.
 
-Seeds: a request's rows are seeded from ``params.seed`` so a seeded request is
-reproducible however it was batched. ``generate`` seeds its single row with
-``params.seed``; ``generate_batch`` seeds row ``i`` with ``params.seed + i`` so that
-repeated prompts in one batch (GRPO groups) still get different samples. Without a
-seed, every row gets a fresh random seed.
+Seeds: every row has its own generator, so a seeded request gives the same tokens however
+it was batched. ``generate`` seeds its row with ``params.seed``; ``generate_batch`` seeds
+row ``i`` with ``seeds[i]`` when given (the rollout passes one seed per row and turn),
+else with ``derive_seed(params.seed, i)`` so that repeated prompts in one batch (GRPO
+groups) still get different samples. Without a seed, every row gets a fresh random seed.
+Requests are coalesced by their sampling parameters *without* the seed, so seeded
+concurrent requests still share batches.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentrl.engines.base import GenerationResult, SamplingParams
+from agentrl.seeding import derive_seed
 
 
 @dataclass
@@ -80,13 +83,19 @@ class BatchingEngine(abc.ABC):
             raise TypeError("prompt_ids must be a list of int token ids")
 
     # ------------------------------------------------------------------ sync path
-    def generate_batch_sync(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
-        """Generate for every prompt now, in chunks of ``max_batch_size``; row i seeded ``seed + i``."""
+    def generate_batch_sync(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[GenerationResult]:
+        """Generate for every prompt now, in chunks of ``max_batch_size`` (row seeds: module docstring)."""
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
         for p in prompts:
             self._validate_prompt(p)
-        seeds = self._row_seeds(params, len(prompts))
+        if seeds is None:
+            seeds = self._row_seeds(params, len(prompts))
+        elif len(seeds) != len(prompts):
+            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
+        seeds = [int(s) for s in seeds]
         results: list[GenerationResult] = []
         for start in range(0, len(prompts), self.max_batch_size):
             stop = start + self.max_batch_size
@@ -115,12 +124,14 @@ class BatchingEngine(abc.ABC):
     def _row_seeds(params: SamplingParams, n: int) -> list[int]:
         if params.seed is None:
             return [secrets.randbits(63) for _ in range(n)]
-        return [params.seed + i for i in range(n)]
+        return [derive_seed(params.seed, i) for i in range(n)]
 
     # ------------------------------------------------------------------ async API
-    async def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
+    async def generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[GenerationResult]:
         """One lockstep batch, run in a worker thread so the event loop keeps serving."""
-        return await asyncio.to_thread(self.generate_batch_sync, prompts, params)
+        return await asyncio.to_thread(self.generate_batch_sync, prompts, params, seeds)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         """One continuation; concurrent calls are coalesced into batches."""
@@ -129,8 +140,9 @@ class BatchingEngine(abc.ABC):
         self._validate_prompt(prompt_ids)
         queue = self._ensure_worker()
         future = asyncio.get_running_loop().create_future()
-        seed = self._row_seeds(params, 1)[0]
-        await queue.put(_Request(list(prompt_ids), params, seed, future))
+        seed = params.seed if params.seed is not None else self._row_seeds(params, 1)[0]
+        # Queued without its seed (it travels in the request), so seeded requests coalesce.
+        await queue.put(_Request(list(prompt_ids), replace(params, seed=None), seed, future))
         return await future
 
     def _ensure_worker(self) -> asyncio.Queue[_Request]:

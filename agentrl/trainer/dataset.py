@@ -106,6 +106,12 @@ class StatefulLoader:
             return np.arange(len(self.items))
         return np.random.default_rng(self.seed + self.epoch).permutation(len(self.items))
 
+    @property
+    def epochs_completed(self) -> int:
+        """Epochs whose every batch has been drawn (``epoch`` itself only advances when the
+        *next* batch is drawn, so it lags by one right after an epoch's last batch)."""
+        return self.epoch + int(self.position >= len(self))
+
     def next_batch(self) -> list[Any]:
         """The next batch, rolling over to a new epoch (and a new order) when one is spent."""
         if self.position >= len(self):

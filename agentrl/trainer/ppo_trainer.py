@@ -34,9 +34,10 @@ from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.dataset import StatefulLoader, build_prompt_dataset
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.actor import ActorWorker, ReferenceWorker
-from agentrl.workers.base import NonFiniteLossError, rng_state, set_rng_state
+from agentrl.seeding import derive_seed, rng_state, set_rng_state
+from agentrl.workers.base import NonFiniteLossError
 from agentrl.workers.critic import CriticWorker
-from agentrl.workers.group import WorkerGroup
+from agentrl.workers.group import WorkerGroup, mini_batch_shards
 from agentrl.workers.reward import RewardModelWorker, RuleRewardWorker
 
 
@@ -161,7 +162,7 @@ class PPOTrainer:
 
     def generate_sequences(self, prompts: list, validate: bool = False) -> Batch:
         n = 1 if validate else self.config.actor.rollout.n
-        seed = None if validate else self.config.seed * 1_000_003 + self.global_step
+        seed = None if validate else derive_seed(self.config.seed, "rollout", self.global_step)
         trajectories, timing = self.actor.run_sharded("generate_sequences", prompts, n, seed, validate)
         self.rollout_stats = rollout_metrics(trajectories) | timing
         self.last_trajectories = trajectories
@@ -207,8 +208,9 @@ class PPOTrainer:
 
     def update(self, role: str, method: str, batch: Batch) -> dict[str, float]:
         group = self.critic if role == "critic" else self.actor
+        mini_batch_size = (self.config.critic if role == "critic" else self.config.actor).ppo_mini_batch_size
         try:
-            return group.run_sharded(method, batch)
+            return group.run_shards(method, mini_batch_shards(batch, group.world_size, mini_batch_size))
         except ray.exceptions.RayTaskError as error:
             if isinstance(error.cause, NonFiniteLossError):
                 raise TrainingDiverged(f"step {self.global_step + 1}: {error.cause}; no checkpoint written") from None
@@ -276,7 +278,7 @@ class PPOTrainer:
         return freq > 0 and self.global_step % freq == 0
 
     def finished(self) -> bool:
-        epochs_done = self.loader.epoch >= self.config.trainer.total_epochs
+        epochs_done = self.loader.epochs_completed >= self.config.trainer.total_epochs
         return self.global_step >= self.config.trainer.total_steps or epochs_done
 
     def dump(self, batch: Batch) -> None:

@@ -46,7 +46,7 @@ from agentrl.config.schema import OptimConfig, RolloutConfig
 from agentrl.core.batch import Batch
 from agentrl.engines.base import GenerationResult, SamplingParams
 from agentrl.models.loading import load_causal_lm, load_tokenizer
-from agentrl.workers.base import seed_everything
+from agentrl.seeding import seed_everything
 from agentrl.workers.forward import policy_forward
 from agentrl.workers.optim import build_optimizer
 
@@ -183,8 +183,10 @@ class ScriptedTurnEngine:
             return GenerationResult(ids, [0.0] * len(ids), "length")
         return GenerationResult(list(ids), [0.0] * len(ids), "stop")
 
-    async def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
-        return list(await asyncio.gather(*(self.generate(p, params) for p in prompts)))
+    async def generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[GenerationResult]:
+        return list(await asyncio.gather(*(self.generate(p, params) for p in prompts)))  # seeds: nothing is sampled
 
     def update_weights(self, state_dict: dict) -> None:  # nothing to update: the turns are fixed
         pass

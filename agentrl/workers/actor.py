@@ -19,6 +19,7 @@ from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
 from agentrl.engines.base import SamplingParams
 from agentrl.models.loading import load_causal_lm, load_tokenizer
+from agentrl.seeding import derive_seed
 from agentrl.workers.base import TrainableWorker, Worker
 from agentrl.workers.forward import no_grad_over_micro_batches, policy_forward
 
@@ -125,7 +126,7 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         Each rank draws from its own seed so data-parallel shards do not sample alike.
         """
         self.model.eval()
-        rank_seed = None if seed is None else seed + 7919 * self.rank
+        rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
         trajectories = self.rollout.run(prompts, self.sampling_params(validate, rank_seed), n=n)
         return trajectories, {"timing_s/retrieval": self.rollout.last_tool_seconds}
 
@@ -134,8 +135,11 @@ class ActorWorker(PolicyWorker, TrainableWorker):
     def _actor_loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         actor = self.config.actor
         mask = micro["response_mask"]
+        norm = self.config.data.max_response_length  # the Dr.GRPO constant: the response budget
         need_entropy = actor.entropy_coeff != 0
-        log_probs, entropy = policy_forward(self.model, micro, self.temperature, with_entropy=True)
+        log_probs, entropy = policy_forward(
+            self.model, micro, self.temperature, with_entropy=True, entropy_grad=need_entropy
+        )
         pg_loss, metrics = policy_loss(
             log_probs,
             micro["old_log_probs"],
@@ -145,16 +149,17 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             clip_high=actor.clip_ratio_high,
             dual_clip_c=actor.dual_clip_c,
             agg=actor.loss_agg_mode,
+            norm_tokens=norm,
         )
         loss = pg_loss
         metrics = {**metrics, "pg_loss": pg_loss.detach()}
-        entropy_value = agg_loss(entropy, mask, actor.loss_agg_mode)
+        entropy_value = agg_loss(entropy, mask, actor.loss_agg_mode, norm)
         metrics["entropy"] = entropy_value.detach()
         if need_entropy:
             loss = loss - actor.entropy_coeff * entropy_value
         if actor.use_kl_loss:
             kl = kl_penalty(log_probs, micro["ref_log_probs"], actor.kl_loss_type)
-            kl_loss = agg_loss(kl, mask, actor.loss_agg_mode)
+            kl_loss = agg_loss(kl, mask, actor.loss_agg_mode, norm)
             loss = loss + actor.kl_loss_coef * kl_loss
             metrics["kl_loss"] = kl_loss.detach()
         metrics["approx_kl_to_rollout"] = masked_mean(micro["old_log_probs"] - log_probs.detach(), mask)

@@ -2,15 +2,16 @@
 
 A worker is a plain Python object (testable without Ray) that the worker group turns into
 a Ray actor. Workers of one role form a data-parallel group over torch.distributed (gloo
-on CPU, NCCL on GPU): each holds a full model replica, trains on its shard of every
-mini-batch, and averages gradients with an all-reduce before the optimiser step.
+on CPU, NCCL on GPU): each holds a full model replica and trains on its shard of every
+mini-batch. Each micro-batch's loss is weighted by its share of the *global* mini-batch
+(tokens or sequences, all-reduced first) and the ranks' gradients are summed, so N ranks
+take the optimiser step of one loss over the whole mini-batch, as one rank would.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import random
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ import torch.distributed as dist
 
 from agentrl.config.schema import ExperimentConfig, OptimConfig
 from agentrl.core.batch import Batch
+from agentrl.seeding import rng_state, seed_everything, set_rng_state
 from agentrl.workers.forward import micro_batches
 from agentrl.workers.optim import build_optimizer
 
@@ -29,22 +31,6 @@ LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
 class NonFiniteLossError(FloatingPointError):
     """A loss or gradient norm became NaN/inf; the message names the metric."""
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 class Worker:
@@ -88,12 +74,21 @@ class TrainableWorker(Worker):
         self.shuffle_generator = torch.Generator().manual_seed(self.config.seed + 1000 + self.rank)
 
     def _all_reduce_gradients(self) -> None:
+        """Sum the ranks' gradients: each already carries its share of the global mini-batch."""
         if self.world_size == 1:
             return
         for param in self.model.parameters():
             if param.grad is not None:
                 dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-                param.grad.div_(self.world_size)
+
+    def _global_weight(self, mini: Batch, token_weighted: bool) -> float:
+        """Model tokens (or sequences) in the mini-batch summed over every rank's shard of it."""
+        local = self._weight_of(mini, token_weighted)
+        if self.world_size > 1:
+            total = torch.tensor([local], dtype=torch.float64)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+            local = float(total)
+        return max(local, 1.0)
 
     def _optimizer_step(self) -> float:
         self._all_reduce_gradients()
@@ -122,7 +117,10 @@ class TrainableWorker(Worker):
         Gradients accumulate over micro-batches, each weighted by its share of the
         mini-batch's model tokens (``token_weighted``, for token-mean losses) or of its
         sequences (the seq-mean modes), so the accumulated gradient equals that of one
-        loss over the whole mini-batch regardless of how it was cut.
+        loss over the whole mini-batch regardless of how it was cut. With several ranks the
+        share is of the *global* mini-batch (every rank's shard of it, all-reduced), so the
+        summed gradient is the one-rank gradient: a rank holding short responses does not
+        weigh its tokens more.
         """
         local_mini = max(1, mini_batch_size // self.world_size)
         history: dict[str, list[float]] = defaultdict(list)
@@ -131,7 +129,7 @@ class TrainableWorker(Worker):
             order = batch.shuffled(self.shuffle_generator) if shuffle else batch
             for mini in order.split(local_mini):
                 self.optimizer.zero_grad(set_to_none=True)
-                total = self._weight_of(mini, token_weighted)
+                total = self._global_weight(mini, token_weighted)
                 for micro in micro_batches(mini, micro_batch_size, max_tokens):
                     weight = self._weight_of(micro, token_weighted) / total
                     loss, metrics = loss_fn(micro)
@@ -148,7 +146,7 @@ class TrainableWorker(Worker):
 
     @staticmethod
     def _weight_of(batch: Batch, token_weighted: bool) -> float:
-        return max(float(batch["response_mask"].sum()), 1.0) if token_weighted else float(len(batch))
+        return float(batch["response_mask"].sum()) if token_weighted else float(len(batch))
 
     # --- checkpoints ----------------------------------------------------------------
 

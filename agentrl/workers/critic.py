@@ -37,7 +37,13 @@ class CriticWorker(TrainableWorker):
         critic = self.config.critic
         values = value_forward(self.model, micro)
         loss, metrics = value_loss(
-            values, micro["values"], micro["returns"], micro["response_mask"], critic.cliprange_value, critic.loss_agg_mode
+            values,
+            micro["values"],
+            micro["returns"],
+            micro["response_mask"],
+            critic.cliprange_value,
+            critic.loss_agg_mode,
+            norm_tokens=self.config.data.max_response_length,
         )
         metrics = {**metrics, "vf_loss": loss.detach(), "vpred_mean": masked_mean(values.detach(), micro["response_mask"])}
         return loss, metrics

@@ -63,9 +63,17 @@ def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def policy_forward(
-    model: torch.nn.Module, batch: Batch, temperature: float = 1.0, with_entropy: bool = False
+    model: torch.nn.Module,
+    batch: Batch,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log π(a_j | context) / T-scaled, and optionally entropy, for every response token: (b, R)."""
+    """log π(a_j | context) / T-scaled, and optionally entropy, for every response token: (b, R).
+
+    ``entropy_grad=False`` computes the entropy as a metric only: under ``no_grad``, so its
+    (tokens × vocabulary) softmax is freed at once instead of staying in the autograd graph.
+    """
     inputs = trim_padding(batch)
     logits = model(
         input_ids=inputs.input_ids,
@@ -76,7 +84,10 @@ def policy_forward(
     width = inputs.responses.shape[1]
     response_logits = logits[:, inputs.first_logit : inputs.first_logit + width].float() / temperature
     log_probs = torch.log_softmax(response_logits, dim=-1).gather(-1, inputs.responses.unsqueeze(-1)).squeeze(-1)
-    entropy = entropy_from_logits(response_logits) if with_entropy else None
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(response_logits if entropy_grad else response_logits.detach())
     return (
         _pad_right(log_probs, inputs.response_width),
         _pad_right(entropy, inputs.response_width) if entropy is not None else None,

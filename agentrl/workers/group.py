@@ -37,6 +37,27 @@ def _shard(items: Any, parts: int) -> list[Any]:
     return [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
+def mini_batch_shards(batch: Batch, parts: int, mini_batch_size: int) -> list[Batch]:
+    """One shard per rank for an update: rank r holds the r-th slice of every mini-batch.
+
+    Splitting rank r's shard into ``mini_batch_size // parts`` rows then gives, at position
+    i, rank r's part of the i-th global mini-batch, so (without shuffling) N ranks step on
+    the same mini-batches as one rank would. Needs ``parts`` to divide the mini-batch and
+    the batch (the config check enforces both).
+    """
+    if parts == 1:
+        return [batch]
+    if mini_batch_size % parts or len(batch) % parts:
+        raise ValueError(
+            f"{parts} ranks must divide both the mini-batch ({mini_batch_size}) and the batch ({len(batch)})"
+        )
+    pieces: list[list[Batch]] = [[] for _ in range(parts)]
+    for mini in batch.split(mini_batch_size):
+        for rank, piece in enumerate(mini.chunk(parts)):
+            pieces[rank].append(piece)
+    return [Batch.concat(rank_pieces) for rank_pieces in pieces]
+
+
 def _combine(results: list[Any]) -> Any:
     first = results[0]
     if isinstance(first, Batch):
@@ -86,6 +107,15 @@ class WorkerGroup:
         if self.world_size == 1:
             return self.run_rank0(method, items, *args, **kwargs)
         shards = _shard(items, self.world_size)
+        results = ray.get(
+            [getattr(w, method).remote(shard, *args, **kwargs) for w, shard in zip(self.workers, shards, strict=True)]
+        )
+        return _combine(results)
+
+    def run_shards(self, method: str, shards: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``method(shards[r], *args)`` on rank r and reassemble, for callers that shard themselves."""
+        if len(shards) != self.world_size:
+            raise ValueError(f"{len(shards)} shards for a {self.name} group of {self.world_size} ranks")
         results = ray.get(
             [getattr(w, method).remote(shard, *args, **kwargs) for w, shard in zip(self.workers, shards, strict=True)]
         )

@@ -9,7 +9,13 @@ import sys
 
 import pytest
 import torch
-from support.scripted_engine import ScriptedEngine, assert_rollout_invariants, fake_log_prob, response_part
+from support.scripted_engine import (
+    ScriptedEngine,
+    SeedRecordingEngine,
+    assert_rollout_invariants,
+    fake_log_prob,
+    response_part,
+)
 
 from agentrl.agent import LLMGenerationManager, PromptSpec, Segment, collate, rollout_metrics
 from agentrl.agent.dump import dump_trajectories
@@ -77,6 +83,23 @@ def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule):
     metrics = rollout_metrics(trajs)
     assert metrics["rollout/finished"] == 1.0 and metrics["rollout/num_searches"] == 1.0
     assert all(t.tool_metrics == {"docs": 1.0} for t in trajs) and metrics["rollout/tool/docs"] == 1.0
+
+
+@pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
+def test_seeded_rollouts_give_every_row_turn_and_step_its_own_random_stream(tokenizer, retriever_url, schedule):
+    """8 trajectories x 3 turns sample from 24 distinct seeds; the next step's seed shares none."""
+    engine = SeedRecordingEngine(tokenizer, always_search)
+    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=1)], schedule=schedule, max_turns=2)
+    specs = prompts(tokenizer, [*QUESTIONS, "Which planet is the largest?"])
+    used = {}
+    for base in (1000, 1001, 1000):  # two consecutive training steps, then the first again
+        engine.seeds.clear()
+        trajs = manager.run(specs, SamplingParams(max_new_tokens=64, seed=base), n=2)
+        assert len(trajs) == 8 and sum(t.num_turns for t in trajs) == 24
+        assert len(engine.seeds) == 24 and len(set(engine.seeds)) == 24, "row-turns share a random stream"
+        used.setdefault(base, []).append(sorted(engine.seeds))
+    assert not set(used[1000][0]) & set(used[1001][0]), "consecutive steps share random streams"
+    assert used[1000][0] == used[1000][1], "the same seed must reproduce the same streams"
 
 
 def test_collate_contract(tokenizer, retriever_url):

@@ -133,6 +133,23 @@ def test_group_of_one_gets_zero_advantage_and_masked_tokens_zero():
         assert torch.all(adv[~mask.bool()] == 0)
 
 
+@pytest.mark.parametrize("n", [8, 16])
+@pytest.mark.parametrize("score", [0.1, 0.2, 0.8])
+def test_a_group_whose_scores_all_tie_gets_exactly_zero_advantage(n, score):
+    """Format-reward scores such as 0.8 leave float ulps in the mean; they must not become signal."""
+    scores = torch.full((n + 2,), score)
+    scores[-2:] = torch.tensor([0.0, 1.0])  # a second group that does carry signal
+    groups = [0] * n + [1, 1]
+    mask = torch.ones(n + 2, 3)
+    for advantages in (
+        compute_grpo_advantages(scores, mask, groups)[0],
+        compute_grpo_advantages(scores, mask, groups, norm_by_std=False)[0],
+        compute_rloo_advantages(scores, mask, groups)[0],
+    ):
+        assert torch.all(advantages[:n] == 0.0), advantages[:n, 0]
+        assert torch.all(advantages[n:] != 0.0)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     group_sizes=st.lists(st.integers(2, 6), min_size=1, max_size=5),

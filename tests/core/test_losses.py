@@ -48,16 +48,29 @@ def test_agg_loss_modes_hand_computed():
     assert agg_loss(loss, mask, "token-mean").item() == pytest.approx((1 + 2 + 3 + 4) / 4)
     assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx((6 + 4) / 2)
     assert agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx((2 + 4) / 2)
-    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx((6 / 4 + 4 / 4) / 2)
+    assert agg_loss(loss, mask, "seq-mean-token-sum-norm", 10).item() == pytest.approx((6 / 10 + 4 / 10) / 2)
     with pytest.raises(ValueError, match="loss_agg_mode"):
         agg_loss(loss, mask, "mean")
+    with pytest.raises(ValueError, match="norm_tokens"):
+        agg_loss(loss, mask, "seq-mean-token-sum-norm")
+
+
+def test_dr_grpo_normaliser_does_not_depend_on_the_longest_response_in_the_batch():
+    """The same two sequences get the same loss whether the batch's widest row is 3 or 9 tokens."""
+    short = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]])
+    short_mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    wide = torch.nn.functional.pad(short, (0, 6), value=7.0)  # the batch's longest response is 3x longer
+    wide_mask = torch.nn.functional.pad(short_mask, (0, 6))
+    narrow_loss = agg_loss(short, short_mask, "seq-mean-token-sum-norm", norm_tokens=16)
+    wide_loss = agg_loss(wide, wide_mask, "seq-mean-token-sum-norm", norm_tokens=16)
+    assert wide_loss.item() == narrow_loss.item() == pytest.approx((6 / 16 + 9 / 16) / 2)
 
 
 def test_agg_loss_ignores_nan_under_mask():
     loss = torch.tensor([[1.0, float("nan")]])
     mask = torch.tensor([[1.0, 0.0]])
     for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
-        assert torch.isfinite(agg_loss(loss, mask, mode))
+        assert torch.isfinite(agg_loss(loss, mask, mode, norm_tokens=4))
 
 
 def test_policy_loss_hand_computed_with_clip_metrics():

@@ -159,10 +159,30 @@ def test_seeded_sampling_is_reproducible(engine_factory, prompts):
     c = run(engine.generate(prompts[0], SamplingParams(max_new_tokens=16, temperature=1.0, seed=99)))
     assert a.token_ids == b.token_ids
     assert a.token_ids != c.token_ids
-    # generate_batch seeds row i with seed + i: repeated prompts get distinct samples
+    # a seeded row gives the same tokens however it is batched
+    rows = run(engine.generate_batch([prompts[1], prompts[0]], params, seeds=[99, 1234]))
+    assert rows[1].token_ids == a.token_ids
+    # without per-row seeds each row derives its own: repeated prompts get distinct samples
     rows = run(engine.generate_batch([prompts[0]] * 2, params))
-    assert rows[0].token_ids == a.token_ids
     assert rows[1].token_ids != rows[0].token_ids
+    assert run(engine.generate_batch([prompts[0]] * 2, params))[1].token_ids == rows[1].token_ids
+
+
+def test_seeded_concurrent_requests_share_a_batch(engine_factory, prompts):
+    """A per-request seed does not keep requests with otherwise equal params apart."""
+    engine = engine_factory()
+    before = engine.stats.coalesced_batches
+
+    async def both():
+        return await asyncio.gather(
+            *(engine.generate(p, SamplingParams(max_new_tokens=4, seed=i)) for i, p in enumerate(prompts[:3]))
+        )
+
+    alone = [run(engine.generate(p, SamplingParams(max_new_tokens=4, seed=i))) for i, p in enumerate(prompts[:3])]
+    middle = engine.stats.coalesced_batches
+    together = run(both())
+    assert engine.stats.coalesced_batches - middle == 1 and middle - before == 3
+    assert [r.token_ids for r in together] == [r.token_ids for r in alone]
 
 
 def test_top_k_one_equals_greedy(engine_factory, prompts):

@@ -128,11 +128,11 @@ class CrashingEngine:
     async def generate(self, prompt_ids, params):  # pragma: no cover - lockstep uses generate_batch
         return await self.engine.generate(prompt_ids, params)
 
-    async def generate_batch(self, prompts, params):
+    async def generate_batch(self, prompts, params, seeds=None):
         self.calls += 1
         if self.calls == self.crash_at:
             raise RuntimeError("simulated crash")
-        return await self.engine.generate_batch(prompts, params)
+        return await self.engine.generate_batch(prompts, params, seeds)
 
     def shutdown(self) -> None:
         self.engine.shutdown()

@@ -10,8 +10,8 @@ records every call so tests can check that the manager kept exactly the sampled 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -19,6 +19,7 @@ import torch
 from agentrl.agent import Segment, collate
 from agentrl.core.batch import Batch
 from agentrl.engines.base import Engine, GenerationResult, SamplingParams
+from agentrl.engines.batching import BatchingEngine
 
 ASSISTANT_START = "<|im_start|>assistant\n"
 
@@ -77,10 +78,13 @@ class ScriptedEngine:
             await asyncio.sleep(self.delay_s)
         return self._one(prompt_ids, params, batched=False)
 
-    async def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
+    async def generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[GenerationResult]:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        return [self._one(p, params, batched=True) for p in prompts]
+        row_params = [params] * len(prompts) if seeds is None else [replace(params, seed=s) for s in seeds]
+        return [self._one(p, rp, batched=True) for p, rp in zip(prompts, row_params, strict=True)]
 
     def update_weights(self, state_dict: dict) -> None:  # pragma: no cover - protocol filler
         pass
@@ -95,6 +99,20 @@ class ScriptedEngine:
         pass
 
 
+class SeedRecordingEngine(BatchingEngine):
+    """A real ``BatchingEngine`` (coalescing, row seeding) whose rows play ``policy``'s turns and
+    record the seed each row was generated with: the random streams a sampling engine would use."""
+
+    def __init__(self, tokenizer, policy: Callable[[str], str], max_batch_size: int = 64) -> None:
+        super().__init__(max_batch_size)
+        self.script = ScriptedEngine(tokenizer, policy)
+        self.seeds: list[int] = []
+
+    def _generate_rows(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]):
+        self.seeds.extend(seeds)
+        return [self.script._one(p, params, batched=True) for p in prompts]
+
+
 class RecordingEngine:
     """Wraps a real engine and records every call, without changing what it returns."""
 
@@ -107,9 +125,14 @@ class RecordingEngine:
         self.calls.append(EngineCall(list(prompt_ids), params, result, batched=False))
         return result
 
-    async def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
-        results = await self.engine.generate_batch(prompts, params)
-        self.calls.extend(EngineCall(list(p), params, r, batched=True) for p, r in zip(prompts, results, strict=True))
+    async def generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[GenerationResult]:
+        results = await self.engine.generate_batch(prompts, params, seeds)
+        row_params = [params] * len(prompts) if seeds is None else [replace(params, seed=s) for s in seeds]
+        self.calls.extend(
+            EngineCall(list(p), rp, r, batched=True) for p, rp, r in zip(prompts, row_params, results, strict=True)
+        )
         return results
 
     def update_weights(self, state_dict: dict) -> None:  # pragma: no cover

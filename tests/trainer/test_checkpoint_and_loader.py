@@ -1,7 +1,11 @@
-"""Atomic checkpoints and the resumable prompt loader (no Ray, no models)."""
+"""Atomic checkpoints, the resumable prompt loader and the trainer's stopping rule (no Ray)."""
 
+import json
+
+from agentrl.config import load_config
 from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.dataset import StatefulLoader
+from agentrl.trainer.ppo_trainer import PPOTrainer
 
 
 def test_only_sealed_checkpoints_count_and_old_ones_are_pruned(tmp_path):
@@ -35,3 +39,23 @@ def test_loader_resumes_at_the_exact_position_across_epochs():
     assert [resumed.next_batch() for _ in range(4)] == expected[4:]
     assert expected[0] != expected[3], "each epoch has its own order"
     assert len(set(sum(expected[:3], []))) == 9, "an epoch never repeats an item"
+
+
+def test_one_epoch_of_eight_prompts_in_batches_of_four_is_two_steps(tiny_model_dir, tmp_path):
+    """``trainer.total_epochs=1`` stops after the epoch's last batch, not one batch into the next."""
+    rows = [
+        {"data_source": "toy", "prompt": [{"role": "user", "content": f"question {i}"}],
+         "reward_model": {"ground_truth": {"target": [f"answer {i}"]}}, "extra_info": {"index": i}}
+        for i in range(8)
+    ]  # fmt: skip
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = load_config("ppo", [f"actor.model_path={tiny_model_dir}", f"data.train_files=[{train}]",
+                                 "data.train_batch_size=4", "data.shuffle=false", "trainer.total_epochs=1",
+                                 f"trainer.run_dir={tmp_path / 'run'}"])  # fmt: skip
+    trainer = PPOTrainer(config)
+    drawn = []
+    while not trainer.finished():  # the loop of fit(), without the workers
+        drawn.append([p.index for p in trainer.loader.next_batch()])
+        trainer.global_step += 1
+    assert drawn == [[0, 1, 2, 3], [4, 5, 6, 7]]

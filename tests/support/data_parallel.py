@@ -1,0 +1,104 @@
+"""Run ``TrainableWorker.train_epochs`` on real gloo ranks (spawned processes) for the DP tests.
+
+The model is a bias-free linear map from per-token features to a per-token value; the loss
+is the squared error to a per-token target under the response mask, aggregated by any
+``loss_agg_mode``. Small enough to compare gradients exactly, real enough that every
+token's weight in the gradient shows.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Any
+
+import torch
+
+from agentrl.config.schema import ExperimentConfig, OptimConfig
+from agentrl.core.batch import Batch
+from agentrl.core.losses import agg_loss
+from agentrl.workers.base import TrainableWorker
+from agentrl.workers.group import free_port
+
+FEATURES = 3
+
+
+def token_batch(model_tokens: list[int], width: int = 8, seed: int = 0) -> Batch:
+    """Rows whose response holds ``model_tokens[i]`` model tokens, with random features/targets."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = len(model_tokens)
+    mask = torch.zeros(rows, width)
+    for i, count in enumerate(model_tokens):
+        mask[i, :count] = 1.0
+    return Batch.from_dict(
+        {
+            "x": torch.randn(rows, width, FEATURES, generator=generator),
+            "target": torch.randn(rows, width, generator=generator),
+            "response_mask": mask,
+        }
+    )
+
+
+class LinearWorker(TrainableWorker):
+    """A trainable worker around ``Linear(FEATURES, 1)``, initialised identically on every rank."""
+
+    def __init__(self, rank: int, world_size: int, port: int | None, lr: float, loss_agg_mode: str,
+                 norm_tokens: int | None = None) -> None:  # fmt: skip
+        super().__init__(ExperimentConfig(), rank, world_size, port)
+        self.model = torch.nn.Linear(FEATURES, 1, bias=False)
+        with torch.no_grad():
+            self.model.weight.copy_(torch.tensor([[0.5, -1.0, 0.25]]))
+        self._setup_optimizer(OptimConfig(lr=lr, weight_decay=0.0, grad_clip=0.0))
+        self.loss_agg_mode = loss_agg_mode
+        self.norm_tokens = norm_tokens
+
+    def loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        values = self.model(micro["x"]).squeeze(-1)
+        loss_mat = (values - micro["target"]).square()
+        return agg_loss(loss_mat, micro["response_mask"], self.loss_agg_mode, self.norm_tokens), {}
+
+    def update(self, batch: Batch, mini_batch_size: int, micro_batch_size: int) -> dict[str, Any]:
+        self.train_epochs(
+            batch,
+            self.loss,
+            mini_batch_size=mini_batch_size,
+            micro_batch_size=micro_batch_size,
+            epochs=1,
+            shuffle=False,
+            metric_prefix="toy",
+            token_weighted=self.loss_agg_mode == "token-mean",
+        )
+        return {"grad": self.model.weight.grad.clone(), "weight": self.model.weight.detach().clone()}
+
+
+def _rank_main(rank: int, world_size: int, port: int, shard: Batch, kwargs: dict, queue: Any) -> None:
+    worker = LinearWorker(rank, world_size, port, kwargs["lr"], kwargs["loss_agg_mode"], kwargs.get("norm_tokens"))
+    try:
+        result = worker.update(shard, kwargs["mini_batch_size"], kwargs["micro_batch_size"])
+        # Plain lists: a tensor put on a queue is shared through a handle that dies with this process.
+        queue.put((rank, {key: value.tolist() for key, value in result.items()}))
+    finally:
+        worker.shutdown()
+
+
+def run_ranks(shards: list[Batch], **kwargs: Any) -> list[dict[str, Any]]:
+    """``LinearWorker.update`` on ``len(shards)`` gloo ranks, one process each; results by rank."""
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    port = free_port()
+    processes = [
+        context.Process(target=_rank_main, args=(rank, len(shards), port, shard, kwargs, queue))
+        for rank, shard in enumerate(shards)
+    ]
+    for process in processes:
+        process.start()
+    results = dict(queue.get(timeout=120) for _ in processes)
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0, f"rank process exited with {process.exitcode}"
+    return [{key: torch.tensor(value) for key, value in results[rank].items()} for rank in range(len(shards))]
+
+
+def run_single(batch: Batch, **kwargs: Any) -> dict[str, Any]:
+    """The same update on one rank, in this process."""
+    worker = LinearWorker(0, 1, None, kwargs["lr"], kwargs["loss_agg_mode"], kwargs.get("norm_tokens"))
+    return worker.update(batch, kwargs["mini_batch_size"], kwargs["micro_batch_size"])

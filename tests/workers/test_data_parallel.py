@@ -1,0 +1,47 @@
+"""Data parallelism takes the step of one loss over the whole mini-batch, as one rank would.
+
+Two real gloo ranks (spawned processes) against the same update on one rank, in the
+situation that exposed the old per-rank weighting: one rank's shard holds 2 model tokens,
+the other's 12.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.core.losses import LOSS_AGG_MODES
+from agentrl.workers.group import mini_batch_shards
+from tests.support.data_parallel import run_ranks, run_single, token_batch
+
+UNEVEN = [1, 1, 6, 6]  # rank 0 gets rows 0-1 (2 model tokens), rank 1 rows 2-3 (12)
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_two_ranks_with_uneven_token_counts_give_the_one_rank_gradient(mode):
+    batch = token_batch(UNEVEN)
+    settings = {"lr": 0.0, "loss_agg_mode": mode, "norm_tokens": 8, "mini_batch_size": 4, "micro_batch_size": 1}
+    single = run_single(batch, **settings)
+    ranks = run_ranks(mini_batch_shards(batch, 2, 4), **settings)
+    for result in ranks:
+        torch.testing.assert_close(result["grad"], single["grad"], rtol=1e-5, atol=1e-6)
+
+
+def test_two_ranks_over_several_mini_batches_end_with_the_one_rank_weights():
+    """Two optimiser steps (mini-batches of 4 of 8 rows): each rank holds its half of each."""
+    batch = token_batch([1, 7, 2, 2, 8, 1, 3, 5], seed=1)
+    settings = {"lr": 0.1, "loss_agg_mode": "token-mean", "mini_batch_size": 4, "micro_batch_size": 1}
+    single = run_single(batch, **settings)
+    ranks = run_ranks(mini_batch_shards(batch, 2, 4), **settings)
+    assert not torch.equal(single["weight"], torch.tensor([[0.5, -1.0, 0.25]])), "the update must move the weights"
+    for result in ranks:
+        torch.testing.assert_close(result["weight"], single["weight"], rtol=1e-5, atol=1e-6)
+
+
+def test_mini_batch_shards_give_each_rank_its_slice_of_every_mini_batch():
+    batch = token_batch([1, 2, 3, 4, 5, 6, 7, 8])
+    shards = mini_batch_shards(batch, 2, 4)
+    counts = [shard["response_mask"].sum(-1).tolist() for shard in shards]
+    assert counts == [[1.0, 2.0, 5.0, 6.0], [3.0, 4.0, 7.0, 8.0]]
+    with pytest.raises(ValueError, match="must divide both the mini-batch"):
+        mini_batch_shards(batch, 3, 4)
