@@ -304,7 +304,7 @@ def evaluate_policy(model_dir: str | Path, rows_file: str | Path, config: Any, l
         for start in range(0, len(prompts), size):
             for traj in manager.run(prompts[start : start + size], params):
                 text = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
-                em = answer_metrics(text, golds_from_ground_truth(traj.prompt.ground_truth))["em"]
+                em = answer_metrics(text, traj.answer, golds_from_ground_truth(traj.prompt.ground_truth))["em"]
                 hop = int(traj.prompt.extra_info.get("hop", 0))
                 bucket = per_hop.setdefault(hop, {"em": [], "searches": [], "finished": []})
                 bucket["em"].append(float(em))

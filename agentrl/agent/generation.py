@@ -46,7 +46,9 @@ unique across the batch and across calls), ``uid`` (unique per trajectory),
 ``response_text`` (the response decoded without special tokens such as eos, which is
 what the reward's tag grammar reads), ``num_turns``,
 ``num_searches`` (tool calls of any tool), ``num_valid_actions``, ``num_invalid_actions``,
-``finished`` (ended with a complete answer), ``truncated`` (any truncation),
+``finished`` (ended with a complete answer), ``answer`` (its body, as the rollout
+accepted it within one model turn; None if none: what the reward scores),
+``truncated`` (any truncation),
 ``obs_truncations`` (observations cut), ``obs_tokens_cut``, ``context_truncated``,
 ``response_truncated``, ``turn_budget_hits``, ``tool_failures``, ``tool_calls``
 (dict per tag), ``token_drift`` (None unless ``check_token_drift``).
@@ -234,6 +236,7 @@ class _Rollout:
         if action.kind == "answer":
             traj.num_valid_actions += 1
             traj.finished = True
+            traj.answer = action.content
             self.done = True
             return None
         if action.kind == "tool":
@@ -507,6 +510,7 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
         "num_valid_actions": [t.num_valid_actions for t in trajectories],
         "num_invalid_actions": [t.num_invalid_actions for t in trajectories],
         "finished": [t.finished for t in trajectories],
+        "answer": [t.answer for t in trajectories],
         "truncated": [t.truncation.any for t in trajectories],
         "obs_truncations": [t.truncation.observations_cut for t in trajectories],
         "obs_tokens_cut": [t.truncation.observation_tokens_cut for t in trajectories],

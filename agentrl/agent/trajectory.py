@@ -85,6 +85,8 @@ class Trajectory:
     num_valid_actions: int = 0
     num_invalid_actions: int = 0
     finished: bool = False  # ended with a complete <answer>…</answer>
+    # the body of that <answer>, written within one model turn; what the reward scores
+    answer: str | None = None
     truncation: Truncation = field(default_factory=Truncation)
     tool_failures: int = 0  # tool calls that raised or timed out
     tool_metrics: dict[str, float] = field(default_factory=dict)  # summed ToolResult.metrics

@@ -50,7 +50,7 @@ from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.prompts import MODES, build_prompt
 from agentrl.eval.report import aggregate, markdown_table, settings_lines
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
-from agentrl.rewards import answer_metrics, cover_exact_match, extract_answer, gold_in_documents
+from agentrl.rewards import answer_metrics, cover_exact_match, gold_in_documents
 
 __all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir"]
 
@@ -208,7 +208,7 @@ def _record(
     mode: str, q: EvalQuestion, traj: Trajectory, text: str, model_text: str, docs: list[dict] | None
 ) -> dict[str, Any]:
     golds = list(q.golden_answers)
-    m = answer_metrics(text, golds)  # the trainer's validation metrics, so the numbers agree
+    m = answer_metrics(text, traj.answer, golds)  # the trainer's validation metrics, so the numbers agree
     if mode == "rag":
         hit: float | None = float(gold_in_documents([d["contents"] for d in docs or []], golds))
     elif mode == "agent":  # what the tools returned, not the hints and notes around it
@@ -220,7 +220,7 @@ def _record(
         "id": q.id,
         "question": q.question,
         "golden_answers": golds,
-        "prediction": extract_answer(text),
+        "prediction": traj.answer,
         "em": m["em"],
         "f1": m["f1"],
         "cover_em": m["cover_em"],

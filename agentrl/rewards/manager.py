@@ -1,7 +1,8 @@
 """Batch scoring: the one entry point the trainer calls.
 
-The trainer decodes each response (without the prompt), calls :func:`score_batch` and
-puts ``scores[i]`` on the last model token of sample ``i``; tensors never enter here.
+The trainer decodes each response (without the prompt), calls :func:`score_batch` with the
+answers the rollout accepted and puts ``scores[i]`` on the last model token of sample ``i``;
+tensors never enter here.
 """
 
 from __future__ import annotations
@@ -82,14 +83,19 @@ def score_batch(
     data_sources: Sequence[str],
     extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
     config: Any = None,
+    *,
+    answers: Sequence[str | None],
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Score every response; return the scores and per-sample metric lists.
+
+    ``answers[i]`` is the answer the rollout accepted for response i, or None
+    (``ScoreInput.answer``; the batch field ``answer``).
 
     ``metrics[name]`` has one value per sample; a sample whose scorer did not report
     ``name`` (mixed custom scorers) gets NaN there, so averages can use ``nanmean``.
     """
     n = len(responses)
-    lengths = {"ground_truths": len(ground_truths), "data_sources": len(data_sources)}
+    lengths = {"ground_truths": len(ground_truths), "data_sources": len(data_sources), "answers": len(answers)}
     if extra_infos is not None:
         lengths["extra_infos"] = len(extra_infos)
     for name, length in lengths.items():
@@ -116,6 +122,7 @@ def score_batch(
             ground_truth=_target_check(ground_truths[i], i),
             data_source=source,
             extra_info=(extra_infos[i] or {}) if extra_infos is not None else {},
+            answer=answers[i],
         )
         try:
             out = cache[source](inp)

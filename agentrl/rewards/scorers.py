@@ -40,13 +40,34 @@ class ScoreInput:
 
     ``ground_truth`` is the parquet row's ``reward_model.ground_truth``: ``{"target": [...]}``.
     ``response_text`` is the decoded response only (model tokens and inserted observations),
-    never the prompt.
+    never the prompt. ``answer`` is the final answer *as the rollout accepted it*: the body of
+    the ``<answer>…</answer>`` that one model turn wrote and that ended the trajectory
+    (``Trajectory.answer``), or None when the rollout accepted no answer. Scorers score
+    this, never an answer pieced together from the text: an ``<answer>`` opened in one turn
+    and closed in the next, with an observation in between, was rejected by the rollout
+    and earns nothing. (Search-R1 instead takes the last ``<answer>…</answer>`` match in the
+    decoded sequence, which accepts such an answer.) For text that did not come from a
+    rollout, ``from_text`` applies that last-match rule explicitly.
     """
 
     response_text: str
     ground_truth: Mapping[str, Any]
     data_source: str = ""
     extra_info: Mapping[str, Any] = field(default_factory=dict)
+    answer: str | None = field(kw_only=True)
+
+    @classmethod
+    def from_text(
+        cls,
+        response_text: str,
+        ground_truth: Mapping[str, Any],
+        data_source: str = "",
+        extra_info: Mapping[str, Any] | None = None,
+    ) -> ScoreInput:
+        """A response that did not come from a rollout: its answer is the last complete
+        ``<answer>…</answer>`` outside retrieved documents (``extract_answer``)."""
+        return cls(response_text, ground_truth, data_source, dict(extra_info or {}),
+                   answer=extract_answer(response_text))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,10 +101,13 @@ def _retrieval_hit(information: Sequence[str], golds: Sequence[str]) -> bool:
     return any(g in normalize_answer(text) for text in information for g in norm_golds)
 
 
-def answer_metrics(response_text: str, golds: Sequence[str]) -> dict[str, float]:
-    """All per-response metrics the built-in scorers log (floats, so they average)."""
+def answer_metrics(response_text: str, answer: str | None, golds: Sequence[str]) -> dict[str, float]:
+    """All per-response metrics the built-in scorers log (floats, so they average).
+
+    Match metrics score ``answer`` (the rollout's accepted answer, see ``ScoreInput``); the
+    structure metrics read ``response_text``.
+    """
     structure = parse_response(response_text)
-    answer = extract_answer(response_text)
     info = [b.content for b in structure.blocks if b.tag == "information"]
     metrics = {name: (fn(answer, golds) if answer is not None else 0.0) for name, fn in MATCH_METRICS.items()}
     metrics.update(
@@ -157,7 +181,7 @@ class MatchScorer:
             raise ValueError(f"unknown match metric {self.metric!r}; expected one of {sorted(MATCH_METRICS)}")
 
     def __call__(self, inp: ScoreInput) -> ScoreOutput:
-        metrics = answer_metrics(inp.response_text, golds_from_ground_truth(inp.ground_truth))
+        metrics = answer_metrics(inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth))
         return ScoreOutput(metrics[self.metric], metrics)
 
 
@@ -173,5 +197,5 @@ class FormatScorer:
             raise ValueError(f"unknown match metric {self.metric!r}; expected one of {sorted(MATCH_METRICS)}")
 
     def __call__(self, inp: ScoreInput) -> ScoreOutput:
-        metrics = answer_metrics(inp.response_text, golds_from_ground_truth(inp.ground_truth))
+        metrics = answer_metrics(inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth))
         return ScoreOutput(format_score(metrics, metrics[self.metric], self.values), metrics)

@@ -30,11 +30,11 @@ from agentrl.core.losses import kl_penalty
 from agentrl.core.masked import masked_mean, masked_whiten
 from agentrl.models.loading import load_tokenizer
 from agentrl.rewards.scorers import answer_metrics, golds_from_ground_truth
+from agentrl.seeding import derive_seed, rng_state, set_rng_state
 from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.dataset import StatefulLoader, build_prompt_dataset
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.actor import ActorWorker, ReferenceWorker
-from agentrl.seeding import derive_seed, rng_state, set_rng_state
 from agentrl.workers.base import NonFiniteLossError
 from agentrl.workers.critic import CriticWorker
 from agentrl.workers.group import WorkerGroup, mini_batch_shards
@@ -229,8 +229,8 @@ class PPOTrainer:
             batch = self.generate_sequences(prompts[start : start + size], validate=True)
             # EM is reported whatever the training scorer is: it is the metric users compare.
             batch["em"] = [
-                answer_metrics(text, golds_from_ground_truth(truth))["em"]
-                for text, truth in zip(batch["response_text"], batch["ground_truth"], strict=True)
+                answer_metrics(text, answer, golds_from_ground_truth(truth))["em"]
+                for text, answer, truth in zip(batch["response_text"], batch["answer"], batch["ground_truth"], strict=True)
             ]
             parts.append(batch.select("em", "data_source", "num_searches", "finished"))
         return validation_metrics(Batch.concat(parts))

@@ -29,6 +29,7 @@ class RuleRewardWorker(Worker):
             list(batch["data_source"]),
             list(batch["extra_info"]),
             config=self.config.reward,
+            answers=list(batch["answer"]),
         )
         metrics = {f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values}
         return torch.tensor(scores, dtype=torch.float32), metrics

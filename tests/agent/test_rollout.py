@@ -24,8 +24,9 @@ from agentrl.agent.prompts import PromptBuilder
 from agentrl.agent.tools.base import ToolResult
 from agentrl.agent.tools.calculator import CalculatorTool
 from agentrl.agent.tools.search import SearchTool
-from agentrl.config.schema import RolloutConfig, ToolConfig
+from agentrl.config.schema import ExperimentConfig, RolloutConfig, ToolConfig
 from agentrl.engines.base import SamplingParams
+from agentrl.workers.reward import RuleRewardWorker
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -100,6 +101,26 @@ def test_seeded_rollouts_give_every_row_turn_and_step_its_own_random_stream(toke
         used.setdefault(base, []).append(sorted(engine.seeds))
     assert not set(used[1000][0]) & set(used[1001][0]), "consecutive steps share random streams"
     assert used[1000][0] == used[1000][1], "the same seed must reproduce the same streams"
+
+
+def test_an_answer_split_across_turns_is_rejected_by_the_rollout_and_scores_zero(tokenizer, retriever_url):
+    """``<answer> Paris`` hits the turn budget, the invalid-action hint follows, the next turn
+    writes ``</answer>``: two invalid actions, not finished, and the reward role gives EM 0."""
+    opened = "<think>I know it.</think><answer> Paris"
+    budget = len(tokenizer.encode(opened, add_special_tokens=False))
+
+    def split_answer(context: str) -> str:
+        return "</answer>" if INVALID_ACTION_HINT in response_part(context) else opened + "<think>"
+
+    engine = ScriptedEngine(tokenizer, split_answer)
+    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=budget)
+    specs = [PromptSpec(p.prompt_ids, "nq", {"target": ["Paris"]}) for p in prompts(tokenizer, QUESTIONS[:1])]
+    (traj,) = manager.run(specs)
+    assert (traj.num_invalid_actions, traj.finished, traj.answer) == (2, False, None)
+    batch = collate([traj], tokenizer.pad_token_id, tokenizer)
+    assert "<answer> Paris" in batch["response_text"][0] and batch["response_text"][0].endswith("</answer>")
+    scores, metrics = RuleRewardWorker(ExperimentConfig()).compute_scores(batch)
+    assert scores.tolist() == [0.0] and metrics["reward/has_answer"] == 0.0
 
 
 def test_collate_contract(tokenizer, retriever_url):

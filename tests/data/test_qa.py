@@ -24,7 +24,7 @@ from agentrl.data.qa import (
     write_rows,
 )
 from agentrl.data.world import Question, generate_world, oracle_text, oracle_trajectory, write_world
-from agentrl.rewards import normalize_answer, score_batch
+from agentrl.rewards import extract_answer, normalize_answer, score_batch
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path("/work/shared/data")
@@ -232,5 +232,6 @@ def test_synthetic_world_through_the_pipeline(tmp_path: Path) -> None:
         [r["data_source"] for r in rows],
         None,
         {"format_score": True},
+        answers=[extract_answer(r) for r in responses],
     )
     assert scores == [1.0] * len(rows) and all(metrics["well_formed"])

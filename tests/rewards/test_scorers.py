@@ -13,6 +13,7 @@ from agentrl.rewards import (
     MatchScorer,
     RewardSettings,
     ScoreInput,
+    extract_answer,
     load_scorer,
     register_scorer,
     resolve_scorer,
@@ -37,6 +38,11 @@ TABLE = FormatValues(
 )
 
 
+def answers_of(responses: list[str]) -> list[str | None]:
+    """What a rollout would have accepted for these hand-written single-turn responses."""
+    return [extract_answer(r) for r in responses]
+
+
 @pytest.mark.parametrize(
     ("response", "expected"),
     [
@@ -49,18 +55,18 @@ TABLE = FormatValues(
     ],
 )
 def test_format_score_table(response: str, expected: float) -> None:
-    out = FormatScorer("em", TABLE)(ScoreInput(response, GT, "nq"))
+    out = FormatScorer("em", TABLE)(ScoreInput.from_text(response, GT, "nq"))
     assert out.score == pytest.approx(expected)
 
 
 def test_format_score_with_f1_interpolates() -> None:
     # F1 of "Quenby town" vs "Quenby" = 2/3; well-formed row: 0.3 + 2/3 * (1 - 0.3)
-    out = FormatScorer("f1", TABLE)(ScoreInput("<think>t</think><answer>Quenby town</answer>", GT))
+    out = FormatScorer("f1", TABLE)(ScoreInput.from_text("<think>t</think><answer>Quenby town</answer>", GT))
     assert out.score == pytest.approx(0.3 + (2 / 3) * 0.7)
 
 
 def test_metrics_reported() -> None:
-    out = MatchScorer("em")(ScoreInput(WELL_WRONG_HIT, GT))
+    out = MatchScorer("em")(ScoreInput.from_text(WELL_WRONG_HIT, GT))
     assert out.score == 0.0
     assert out.metrics == {
         "em": 0.0,
@@ -116,10 +122,10 @@ def user_module(tmp_path, monkeypatch):
 
 
 def test_import_path_scorer(user_module: str) -> None:
-    out = load_scorer(f"{user_module}:length_penalty")(ScoreInput("x" * 30, GT))
+    out = load_scorer(f"{user_module}:length_penalty")(ScoreInput.from_text("x" * 30, GT))
     assert out.score == pytest.approx(-0.3) and out.metrics == {"chars": 30.0}
-    assert load_scorer(f"{user_module}:plain")(ScoreInput("", GT)).score == 2.0
-    assert load_scorer(f"{user_module}:as_output")(ScoreInput("", GT, "x")).metrics == {"src_is_x": 1.0}
+    assert load_scorer(f"{user_module}:plain")(ScoreInput.from_text("", GT)).score == 2.0
+    assert load_scorer(f"{user_module}:as_output")(ScoreInput.from_text("", GT, "x")).metrics == {"src_is_x": 1.0}
 
 
 @pytest.mark.parametrize(
@@ -146,21 +152,21 @@ def test_import_path_errors_name_the_path(user_module: str, path: str, error: ty
 
 def test_user_scorer_bad_return_type(user_module: str) -> None:
     with pytest.raises(TypeError, match="my_scorers:broken' returned str"):
-        load_scorer("my_scorers:broken")(ScoreInput("", GT))
+        load_scorer("my_scorers:broken")(ScoreInput.from_text("", GT))
 
 
 def test_score_batch_mixed_sources_and_override(user_module: str) -> None:
     responses = [WELL_RIGHT, ILL_WRONG, NO_ANSWER]
     gts = [GT, GT, {"target": ["Blem"]}]
     scores, metrics = score_batch(
-        responses, gts, ["nq", "synthetic_world", "popqa"], [None, {}, {"index": 2}]
+        responses, gts, ["nq", "synthetic_world", "popqa"], [None, {}, {"index": 2}], answers=answers_of(responses)
     )
     assert scores == [1.0, 0.0, 0.0]
     assert metrics["well_formed"] == [1.0, 0.0, 0.0] and metrics["has_answer"] == [1.0, 1.0, 0.0]
 
     # a user scorer named in the config replaces the registry for every source
     scores, metrics = score_batch(
-        responses, gts, ["nq", "nq", "x"], None, {"scorer": f"{user_module}:as_output"}
+        responses, gts, ["nq", "nq", "x"], None, {"scorer": f"{user_module}:as_output"}, answers=answers_of(responses)
     )
     assert scores == [0.5, 0.5, 0.5] and metrics == {"src_is_x": [0.0, 0.0, 1.0]}
 
@@ -172,36 +178,30 @@ def test_score_batch_format_config_search_r1_names() -> None:
         "final_format_score": 0.1,
         "retrieval_score": 0.05,
     }
-    scores, _ = score_batch(
-        [WELL_RIGHT, ILL_RIGHT, WELL_WRONG, WELL_WRONG_HIT, ILL_WRONG, NO_ANSWER],
-        [GT] * 6,
-        ["nq"] * 6,
-        None,
-        cfg,
-    )
+    responses = [WELL_RIGHT, ILL_RIGHT, WELL_WRONG, WELL_WRONG_HIT, ILL_WRONG, NO_ANSWER]
+    scores, _ = score_batch(responses, [GT] * 6, ["nq"] * 6, None, cfg, answers=answers_of(responses))
     assert scores == pytest.approx([1.0, 0.8, 0.2, 0.25, 0.1, 0.0])
 
 
 def test_score_batch_nan_for_missing_custom_metrics(user_module: str) -> None:
     cfg = RewardSettings(by_data_source={"a": f"{user_module}:length_penalty"})
-    _, metrics = score_batch(
-        ["xx", "<think>t</think><answer>Quenby</answer>"], [GT, GT], ["a", "nq"], None, cfg
-    )
+    responses = ["xx", "<think>t</think><answer>Quenby</answer>"]
+    _, metrics = score_batch(responses, [GT, GT], ["a", "nq"], None, cfg, answers=answers_of(responses))
     assert metrics["chars"][0] == 2.0 and math.isnan(metrics["chars"][1])
     assert math.isnan(metrics["em"][0]) and metrics["em"][1] == 1.0
 
 
 def test_score_batch_input_errors() -> None:
     with pytest.raises(ValueError, match="data_sources has 1 items but responses has 2"):
-        score_batch(["a", "b"], [GT, GT], ["nq"])
+        score_batch(["a", "b"], [GT, GT], ["nq"], answers=[None, None])
     with pytest.raises(ValueError, match="unknown reward config key"):
-        score_batch(["a"], [GT], ["nq"], None, {"fromat_score": True})
+        score_batch(["a"], [GT], ["nq"], None, {"fromat_score": True}, answers=[None])
     with pytest.raises(
         ValueError, match=r"sample 1 \(data_source='nq'\).*ground_truth\['target'\] must be a non-empty"
     ):
-        score_batch(["a", "b"], [GT, {"target": []}], ["nq", "nq"])
+        score_batch(["a", "b"], [GT, {"target": []}], ["nq", "nq"], answers=[None, None])
     with pytest.raises(ValueError, match="sample 0.*no 'target' key"):
-        score_batch(["a"], [{"answer": ["x"]}], ["nq"])
+        score_batch(["a"], [{"answer": ["x"]}], ["nq"], answers=[None])
 
 
 def test_settings_from_attribute_object() -> None:
@@ -213,7 +213,7 @@ def test_settings_from_attribute_object() -> None:
         retrieval_score = 0.0
         reward_model_path = None
 
-    scores, _ = score_batch([WELL_WRONG], [GT], ["nq"], None, TrainerRewardConfig())
+    scores, _ = score_batch([WELL_WRONG], [GT], ["nq"], None, TrainerRewardConfig(), answers=answers_of([WELL_WRONG]))
     assert scores == [pytest.approx(0.3)]
 
 

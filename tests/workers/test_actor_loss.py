@@ -1,0 +1,63 @@
+"""The actor's loss, computed by the worker class itself (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.agent.generation import collate
+from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
+from agentrl.config import load_config
+from agentrl.core.batch import Batch
+from agentrl.workers.actor import ActorWorker
+from agentrl.workers.forward import policy_forward
+
+
+def rollout_batch(vocab_size: int, pad_token_id: int, rows: int = 4, seed: int = 0) -> Batch:
+    """Trajectories of random ids: a prompt, a model turn, an observation, a second model turn."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab_size, (n,), generator=generator).tolist()
+
+    trajectories = []
+    for i in range(rows):
+        traj = Trajectory(prompt=PromptSpec(ids(5 + i)), group_id=f"g{i // 2}", uid=str(i))
+        traj.append(ids(6 + 2 * i), Segment.MODEL, [0.0] * (6 + 2 * i))
+        traj.append(ids(4), Segment.OBSERVATION)
+        traj.append(ids(3 + i), Segment.MODEL, [0.0] * (3 + i))
+        trajectories.append(traj)
+    batch = collate(trajectories, pad_token_id=pad_token_id)
+    batch["old_log_probs"] = torch.zeros(batch["responses"].shape)
+    batch["advantages"] = torch.randn(batch["responses"].shape, generator=generator)
+    return batch
+
+
+def saved_for_backward_bytes(fn) -> int:
+    """Bytes of every tensor autograd keeps for the backward pass while ``fn`` runs."""
+    total = 0
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return total
+
+
+@pytest.fixture(scope="module")
+def actor(tiny_model_dir) -> ActorWorker:
+    return ActorWorker(load_config("ppo", [f"actor.model_path={tiny_model_dir}", "actor.entropy_coeff=0"]))
+
+
+def test_without_an_entropy_bonus_no_vocabulary_sized_softmax_is_kept_for_backward(actor):
+    batch = rollout_batch(actor.model.config.vocab_size, actor.tokenizer.pad_token_id)
+    actor.model.train()
+    log_probs_only = saved_for_backward_bytes(lambda: policy_forward(actor.model, batch, actor.temperature))
+    actor_loss = saved_for_backward_bytes(lambda: actor._actor_loss(batch))
+    one_logits_tensor = batch["responses"].numel() * actor.model.config.vocab_size * 4
+    assert actor_loss - log_probs_only < one_logits_tensor, (actor_loss, log_probs_only, one_logits_tensor)
+    loss, metrics = actor._actor_loss(batch)
+    assert metrics["entropy"] > 0 and torch.isfinite(loss)  # the entropy is still reported
