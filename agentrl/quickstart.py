@@ -126,10 +126,10 @@ FULL = Profile(
         "actor.rollout.n": 4,
         "actor.rollout.temperature": 1.0,
         "actor.rollout.max_obs_length": 100,
-        "actor.ppo_mini_batch_size": 64,
-        "actor.ppo_micro_batch_size": 32,
-        "critic.ppo_mini_batch_size": 64,
-        "critic.ppo_micro_batch_size": 32,
+        "actor.update.mini_batch_size": 64,
+        "actor.update.micro_batch_size": 32,
+        "critic.update.mini_batch_size": 64,
+        "critic.update.micro_batch_size": 32,
         "actor.optim.lr": 2e-4,
         "critic.optim.lr": 1e-3,
         "actor.entropy_coeff": 0.0,
@@ -163,10 +163,10 @@ SHORT = Profile(
         "data.val_limit": 4,
         "data.max_response_length": 200,
         "actor.rollout.n": 2,
-        "actor.ppo_mini_batch_size": 8,
-        "actor.ppo_micro_batch_size": 8,
-        "critic.ppo_mini_batch_size": 8,
-        "critic.ppo_micro_batch_size": 8,
+        "actor.update.mini_batch_size": 8,
+        "actor.update.micro_batch_size": 8,
+        "critic.update.mini_batch_size": 8,
+        "critic.update.micro_batch_size": 8,
         "actor.optim.lr": 1e-4,
         "trainer.total_steps": 2,
         "trainer.test_freq": 1,
@@ -302,13 +302,13 @@ def evaluate_policy(model_dir: str | Path, rows_file: str | Path, config: Any, l
     size = config.data.val_batch_size
     with torch.no_grad():
         for start in range(0, len(prompts), size):
-            for traj in manager.run(prompts[start : start + size], params):
+            for traj in manager.run(prompts[start : start + size], params).trajectories:
                 text = tokenizer.decode(traj.response_ids, skip_special_tokens=False)
                 em = answer_metrics(text, traj.answer, golds_from_ground_truth(traj.prompt.ground_truth))["em"]
                 hop = int(traj.prompt.extra_info.get("hop", 0))
                 bucket = per_hop.setdefault(hop, {"em": [], "searches": [], "finished": []})
                 bucket["em"].append(float(em))
-                bucket["searches"].append(float(traj.num_searches))
+                bucket["searches"].append(float(traj.tool_calls.get("search", 0)))
                 bucket["finished"].append(float(traj.finished))
     engine.shutdown()
 
@@ -548,9 +548,9 @@ def _load() -> str:
 def write_report(result: QuickstartResult, profile: Profile, config: Any) -> Path:
     """``report.md`` (table, plots, timings), ``report.json``, ``reward.png``, ``em.png``."""
     out = result.out_dir
-    reward_png = _plot(out / "reward.png", {"mean reward (training rollouts)": _series(result.metrics, "critic/score/mean")},
+    reward_png = _plot(out / "reward.png", {"mean reward (training rollouts)": _series(result.metrics, "reward/score/mean")},
                        "Reward during PPO", "reward")  # fmt: skip
-    em_series = {"held-out EM (all)": _series(result.metrics, "val/em/mean")}
+    em_series = {"held-out EM (all)": _series(result.metrics, "val/all/em")}
     for hop in (1, 2):
         em_series[f"{hop}-hop"] = _series(result.metrics, f"val/{DATA_SOURCE.format(hop=hop)}/em")
     val_n = config.data.val_limit or "all"

@@ -141,7 +141,7 @@ def measure(engine, tokenizer, specs, url: str, schedule: str, n: int, max_token
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        trajs = manager.run(specs, sampling, n=n)
+        trajs = manager.run(specs, sampling, n=n).trajectories
         wall = time.perf_counter() - t0
         runs.append((wall, trajs))
     wall = sorted(runs, key=lambda r: r[0])[len(runs) // 2][0]  # median run

@@ -62,9 +62,9 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
         assert {"hop1", "hop2"} <= set(evaluation)
         assert evaluation["hop1"]["n"] + evaluation["hop2"]["n"] == evaluation["all"]["n"]
 
-    steps = [m for m in result.metrics if "critic/score/mean" in m]
+    steps = [m for m in result.metrics if "reward/score/mean" in m]
     assert [m["step"] for m in steps] == list(range(1, SHORT.ppo["trainer.total_steps"] + 1))
-    vals = [m for m in result.metrics if "val/em/mean" in m]
+    vals = [m for m in result.metrics if "val/all/em" in m]
     assert vals[0]["step"] == 0 and vals[-1]["step"] == SHORT.ppo["trainer.total_steps"]
     assert all(math.isfinite(v) for m in result.metrics for v in m.values() if isinstance(v, float))
 

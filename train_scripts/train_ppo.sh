@@ -33,8 +33,8 @@ if [ "$SCALE" = "gpu" ]; then
     data.train_batch_size=512 data.val_batch_size=256
     data.max_prompt_length=4096 data.max_response_length=500
     actor.rollout.max_obs_length=500 actor.rollout.max_tokens_per_turn=500 actor.rollout.max_turns=2
-    actor.ppo_mini_batch_size=256 actor.ppo_micro_batch_size=64
-    critic.ppo_mini_batch_size=256 critic.ppo_micro_batch_size=64
+    actor.update.mini_batch_size=256 actor.update.micro_batch_size=64
+    critic.update.mini_batch_size=256 critic.update.micro_batch_size=64
     actor.gradient_checkpointing=true
     trainer.total_steps=1005 trainer.save_freq=100 trainer.test_freq=50
     "trainer.logger=[console,jsonl,tensorboard]"
@@ -44,8 +44,8 @@ else
     data.train_batch_size=8 data.val_batch_size=32 data.val_limit=64
     data.max_prompt_length=512 data.max_response_length=384
     actor.rollout.max_obs_length=128 actor.rollout.max_tokens_per_turn=96
-    actor.ppo_mini_batch_size=8 actor.ppo_micro_batch_size=4
-    critic.ppo_mini_batch_size=8 critic.ppo_micro_batch_size=4
+    actor.update.mini_batch_size=8 actor.update.micro_batch_size=4
+    critic.update.mini_batch_size=8 critic.update.micro_batch_size=4
     trainer.total_steps=50 trainer.save_freq=25 trainer.test_freq=25
   )
 fi

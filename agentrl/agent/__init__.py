@@ -1,15 +1,20 @@
 """Multi-turn agent rollouts: the generation manager, trajectories, tools, prompts, dumps."""
 
-from agentrl.agent.generation import LLMGenerationManager, collate, rollout_metrics, token_drift
+from agentrl.agent.collate import collate, render_response
+from agentrl.agent.drift import token_drift
+from agentrl.agent.generation import LLMGenerationManager, RolloutResult
+from agentrl.agent.rollout_metrics import rollout_metrics
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory, Truncation
 
 __all__ = [
     "LLMGenerationManager",
     "PromptSpec",
+    "RolloutResult",
     "Segment",
     "Trajectory",
     "Truncation",
     "collate",
+    "render_response",
     "rollout_metrics",
     "token_drift",
 ]

@@ -59,7 +59,6 @@ def trajectory_record(traj: Trajectory, tokenizer: Any, reward: float | None = N
         "log_probs": [round(x, 6) for x in traj.log_probs],
         "spans": spans,
         "num_turns": traj.num_turns,
-        "num_searches": traj.num_searches,
         "tool_calls": dict(traj.tool_calls),
         "num_valid_actions": traj.num_valid_actions,
         "num_invalid_actions": traj.num_invalid_actions,

@@ -80,8 +80,7 @@ class Trajectory:
     log_probs: list[float] = field(default_factory=list)
     segment_spans: list[tuple[int, int, int]] = field(default_factory=list)
     num_turns: int = 0
-    num_searches: int = 0  # tool calls executed (any tool), the Search-R1 name
-    tool_calls: dict[str, int] = field(default_factory=dict)  # per tool tag
+    tool_calls: dict[str, int] = field(default_factory=dict)  # tool calls executed, per tool tag
     num_valid_actions: int = 0
     num_invalid_actions: int = 0
     finished: bool = False  # ended with a complete <answer>…</answer>
@@ -103,6 +102,11 @@ class Trajectory:
     @property
     def loss_mask(self) -> list[int]:
         return [int(s == Segment.MODEL) for s in self.segments]
+
+    @property
+    def num_tool_calls(self) -> int:
+        """Tool calls executed, all tools together."""
+        return sum(self.tool_calls.values())
 
     @property
     def num_model_tokens(self) -> int:

@@ -30,7 +30,7 @@ pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 0.9em
 
 def render_record(record: dict) -> str:
     """One trajectory as an HTML block."""
-    meta_keys = ("uid", "data_source", "ground_truth", "reward", "num_turns", "num_searches",
+    meta_keys = ("uid", "data_source", "ground_truth", "reward", "num_turns",
                  "num_invalid_actions", "finished", "truncation", "tool_failures", "token_drift")
     meta = " · ".join(f"<b>{k}</b>: {html.escape(json.dumps(record.get(k)))}" for k in meta_keys)
     spans = "".join(

@@ -42,7 +42,24 @@ def _all_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+# Keys that moved: the old name gets a message naming the new one.
+RENAMED = {
+    f"{role}.{old}": f"{role}.update.{new}"
+    for role in ("actor", "critic")
+    for old, new in (
+        ("ppo_mini_batch_size", "mini_batch_size"),
+        ("ppo_micro_batch_size", "micro_batch_size"),
+        ("ppo_epochs", "epochs"),
+        ("shuffle", "shuffle"),
+        ("use_dynamic_bsz", "use_dynamic_bsz"),
+        ("max_tokens_per_micro_batch", "max_tokens_per_micro_batch"),
+    )
+}
+
+
 def _suggest(full_key: str) -> str:
+    if full_key in RENAMED:
+        return f" (it is now '{RENAMED[full_key]}')"
     candidates = _all_keys(ExperimentConfig())
     parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
     siblings = [k for k in candidates if (k.rsplit(".", 1)[0] if "." in k else "") == parent]
@@ -119,12 +136,30 @@ def _check_choice(problems: list[str], key: str, value: Any, choices: list[str] 
 
 def validate_config(cfg: ExperimentConfig, check_files: bool = True) -> None:
     """Rules that span keys or need the registries. Raises one ConfigError listing all problems."""
-    from agentrl.core.advantages import ADVANTAGE_ESTIMATORS
-    from agentrl.core.losses import KL_KINDS, LOSS_AGG_MODES
-
     problems: list[str] = []
-    algo, actor, rollout = cfg.algorithm, cfg.actor, cfg.actor.rollout
+    _check_choices(cfg, problems)
+    _check_numbers(cfg, problems)
+    _check_layout(cfg, problems)
+    if check_files:
+        _check_files(cfg, problems)
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
 
+
+def _check_choices(cfg: ExperimentConfig, problems: list[str]) -> None:
+    """Every choice list is defined by the module that implements the choice."""
+    from agentrl.agent.schedules import SCHEDULES
+    from agentrl.agent.tool_dispatch import TOOL_ERROR_POLICIES
+    from agentrl.core.advantages import ADVANTAGE_ESTIMATORS
+    from agentrl.core.kl_control import KL_CONTROLLERS
+    from agentrl.core.losses import KL_KINDS, LOSS_AGG_MODES
+    from agentrl.engines import ENGINE_KINDS
+    from agentrl.models.loading import DTYPES
+    from agentrl.models.optim import LR_SCHEDULES
+    from agentrl.trainer.tracking import LOGGERS
+    from agentrl.workers.base import DEVICES, STRATEGIES
+
+    algo, actor, rollout = cfg.algorithm, cfg.actor, cfg.actor.rollout
     _check_choice(problems, "algorithm.adv_estimator", algo.adv_estimator, sorted(ADVANTAGE_ESTIMATORS))
     estimator = ADVANTAGE_ESTIMATORS.get(algo.adv_estimator)
     if estimator is not None and estimator.needs_groups and rollout.n < 2:
@@ -134,30 +169,26 @@ def validate_config(cfg: ExperimentConfig, check_files: bool = True) -> None:
         )
     _check_choice(problems, "algorithm.kl_penalty", algo.kl_penalty, KL_KINDS)
     _check_choice(problems, "actor.kl_loss_type", actor.kl_loss_type, KL_KINDS)
-    _check_choice(problems, "algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
+    _check_choice(problems, "algorithm.kl_ctrl.type", algo.kl_ctrl.type, KL_CONTROLLERS)
     _check_choice(problems, "actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     _check_choice(problems, "critic.loss_agg_mode", cfg.critic.loss_agg_mode, LOSS_AGG_MODES)
-    _check_choice(problems, "actor.rollout.engine", rollout.engine, ("hf", "vllm"))
-    _check_choice(problems, "actor.rollout.schedule", rollout.schedule, ("concurrent", "lockstep"))
-    _check_choice(
-        problems, "actor.rollout.tool_error_policy", rollout.tool_error_policy, ("observe", "raise")
-    )
+    _check_choice(problems, "actor.rollout.engine", rollout.engine, ENGINE_KINDS)
+    _check_choice(problems, "actor.rollout.schedule", rollout.schedule, SCHEDULES)
+    _check_choice(problems, "actor.rollout.tool_error_policy", rollout.tool_error_policy, TOOL_ERROR_POLICIES)
     if cfg.resources.strategy == "fsdp":
         problems.append("config key 'resources.strategy': fsdp is not implemented yet; use dp (data parallel)")
     else:
-        _check_choice(problems, "resources.strategy", cfg.resources.strategy, ("dp",))
-    _check_choice(problems, "trainer.device", cfg.trainer.device, ("cpu", "cuda"))
+        _check_choice(problems, "resources.strategy", cfg.resources.strategy, STRATEGIES)
+    _check_choice(problems, "trainer.device", cfg.trainer.device, DEVICES)
     for role in ("actor", "critic"):
-        _check_choice(problems, f"{role}.dtype", getattr(cfg, role).dtype, ("float32", "bfloat16", "float16"))
-        _check_choice(
-            problems,
-            f"{role}.optim.lr_schedule",
-            getattr(cfg, role).optim.lr_schedule,
-            ("constant", "cosine", "linear"),
-        )
+        _check_choice(problems, f"{role}.dtype", getattr(cfg, role).dtype, sorted(DTYPES))
+        _check_choice(problems, f"{role}.optim.lr_schedule", getattr(cfg, role).optim.lr_schedule, LR_SCHEDULES)
     for logger in cfg.trainer.logger:
-        _check_choice(problems, "trainer.logger[]", logger, ("console", "jsonl", "tensorboard", "wandb"))
+        _check_choice(problems, "trainer.logger[]", logger, LOGGERS)
 
+
+def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
+    algo, actor, rollout = cfg.algorithm, cfg.actor, cfg.actor.rollout
     positive = {
         "data.train_batch_size": cfg.data.train_batch_size,
         "data.max_prompt_length": cfg.data.max_prompt_length,
@@ -165,11 +196,10 @@ def validate_config(cfg: ExperimentConfig, check_files: bool = True) -> None:
         "actor.rollout.n": rollout.n,
         "actor.rollout.max_tokens_per_turn": rollout.max_tokens_per_turn,
         "actor.rollout.max_obs_length": rollout.max_obs_length,
-        "actor.ppo_mini_batch_size": actor.ppo_mini_batch_size,
-        "actor.ppo_micro_batch_size": actor.ppo_micro_batch_size,
-        "actor.ppo_epochs": actor.ppo_epochs,
-        "critic.ppo_mini_batch_size": cfg.critic.ppo_mini_batch_size,
-        "critic.ppo_micro_batch_size": cfg.critic.ppo_micro_batch_size,
+        **{f"{role}.update.{key}": getattr(getattr(cfg, role).update, key)
+           for role in ("actor", "critic")
+           for key in ("mini_batch_size", "micro_batch_size", "epochs", "max_tokens_per_micro_batch")},
+        "reward.micro_batch_size": cfg.reward.micro_batch_size,
         "trainer.total_steps": cfg.trainer.total_steps,
         "resources.actor_workers": cfg.resources.actor_workers,
         "resources.critic_workers": cfg.resources.critic_workers,
@@ -189,25 +219,27 @@ def validate_config(cfg: ExperimentConfig, check_files: bool = True) -> None:
         problems.append(f"algorithm.gamma and algorithm.lam must be in [0, 1], got {algo.gamma}, {algo.lam}")
     if not rollout.val_greedy and rollout.temperature <= 0:
         problems.append(f"config key 'actor.rollout.temperature' must be > 0, got {rollout.temperature}")
-    for key, micro, mini in (
-        ("actor", actor.ppo_micro_batch_size, actor.ppo_mini_batch_size),
-        ("critic", cfg.critic.ppo_micro_batch_size, cfg.critic.ppo_mini_batch_size),
-    ):
-        if micro > mini:
+
+
+def _check_layout(cfg: ExperimentConfig, problems: list[str]) -> None:
+    """Batch layout across the update sections and the data-parallel ranks; tools; the model."""
+    rollout = cfg.actor.rollout
+    for role in ("actor", "critic"):
+        update = getattr(cfg, role).update
+        if update.micro_batch_size > update.mini_batch_size:
             problems.append(
-                f"{key}.ppo_micro_batch_size ({micro}) must not exceed {key}.ppo_mini_batch_size ({mini})"
+                f"{role}.update.micro_batch_size ({update.micro_batch_size}) must not exceed "
+                f"{role}.update.mini_batch_size ({update.mini_batch_size})"
             )
     trajectories = cfg.data.train_batch_size * rollout.n
-    for role, workers, mini in (
-        ("actor", cfg.resources.actor_workers, actor.ppo_mini_batch_size),
-        ("critic", cfg.resources.critic_workers, cfg.critic.ppo_mini_batch_size),
-    ):
+    for role, workers in (("actor", cfg.resources.actor_workers), ("critic", cfg.resources.critic_workers)):
+        mini = getattr(cfg, role).update.mini_batch_size
         # Data-parallel ranks must run the same number of optimiser steps, or their
         # gradient all-reduces would wait on each other forever.
         if workers > 1 and (trajectories % workers or mini % workers):
             problems.append(
                 f"resources.{role}_workers={workers} must divide both the trajectories per step "
-                f"(data.train_batch_size × actor.rollout.n = {trajectories}) and {role}.ppo_mini_batch_size ({mini})"
+                f"(data.train_batch_size × actor.rollout.n = {trajectories}) and {role}.update.mini_batch_size ({mini})"
             )
     for index, tool in enumerate(rollout.tools):
         if ":" not in tool.class_path and "." not in tool.class_path:
@@ -217,16 +249,13 @@ def validate_config(cfg: ExperimentConfig, check_files: bool = True) -> None:
             )
     if not cfg.actor.model_path:
         problems.append("config key 'actor.model_path' is required (a local Hugging Face model directory)")
-    if check_files:
-        for key in ("train_files", "val_files"):
-            for path in getattr(cfg.data, key):
-                if not Path(path).is_file():
-                    problems.append(f"config key 'data.{key}': file '{path}' does not exist")
-        for key, path in (
-            ("actor.model_path", cfg.actor.model_path),
-            ("critic.model_path", cfg.critic.model_path),
-        ):
-            if path and not Path(path).is_dir():
-                problems.append(f"config key '{key}': directory '{path}' does not exist")
-    if problems:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+
+
+def _check_files(cfg: ExperimentConfig, problems: list[str]) -> None:
+    for key in ("train_files", "val_files"):
+        for path in getattr(cfg.data, key):
+            if not Path(path).is_file():
+                problems.append(f"config key 'data.{key}': file '{path}' does not exist")
+    for key, path in (("actor.model_path", cfg.actor.model_path), ("critic.model_path", cfg.critic.model_path)):
+        if path and not Path(path).is_dir():
+            problems.append(f"config key '{key}': directory '{path}' does not exist")

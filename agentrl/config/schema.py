@@ -37,6 +37,18 @@ class OptimConfig:
 
 
 @dataclass
+class UpdateConfig:
+    """How one role's update walks a training step's batch (the actor and the critic each have one)."""
+
+    mini_batch_size: int = 8  # trajectories per optimiser step (verl: ppo_mini_batch_size)
+    micro_batch_size: int = 4  # trajectories per forward/backward: gradient accumulation (and no-grad passes)
+    epochs: int = 1  # passes over the step's batch (verl: ppo_epochs)
+    shuffle: bool = True  # reshuffle the batch before each pass
+    use_dynamic_bsz: bool = False  # cut micro-batches by token count instead of micro_batch_size
+    max_tokens_per_micro_batch: int = 4096  # the token budget when use_dynamic_bsz
+
+
+@dataclass
 class ToolConfig:
     """A tool, named by import path, with the options its constructor takes."""
 
@@ -70,12 +82,7 @@ class ActorConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16
     gradient_checkpointing: bool = False
     optim: OptimConfig = field(default_factory=OptimConfig)
-    ppo_mini_batch_size: int = 8  # trajectories per optimiser step
-    ppo_micro_batch_size: int = 4  # trajectories per forward/backward (gradient accumulation)
-    use_dynamic_bsz: bool = False  # pack micro-batches by token count instead
-    max_tokens_per_micro_batch: int = 4096
-    ppo_epochs: int = 1
-    shuffle: bool = True
+    update: UpdateConfig = field(default_factory=UpdateConfig)
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
     dual_clip_c: float | None = None  # e.g. 3.0; None disables the dual clip
@@ -92,9 +99,7 @@ class CriticConfig:
     model_path: str | None = None  # None: initialise from actor.model_path
     dtype: str = "float32"
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
-    ppo_mini_batch_size: int = 8
-    ppo_micro_batch_size: int = 4
-    ppo_epochs: int = 1
+    update: UpdateConfig = field(default_factory=UpdateConfig)
     cliprange_value: float | None = 0.5
     loss_agg_mode: str = "token-mean"
     warmup_steps: int = 0  # steps during which only the critic is updated
@@ -108,6 +113,7 @@ class RewardConfig:
     final_format_score: float = 0.1
     retrieval_score: float = 0.0  # bonus when a golden answer appeared in retrieved text
     reward_model_path: str | None = None  # optional learned reward model (scalar head)
+    micro_batch_size: int = 4  # sequences per forward of the reward model
 
 
 @dataclass
@@ -137,7 +143,7 @@ class ResourceConfig:
     num_gpus_per_worker: float = 0.0
     actor_workers: int = 1  # data-parallel world size of the actor (and reference)
     critic_workers: int = 1
-    strategy: str = "dp"  # dp: full replicas with all-reduced gradients (fsdp: not implemented yet)
+    strategy: str = "dp"  # dp: full replicas with summed gradients (fsdp: not implemented yet)
     cpus_per_worker: float = 1.0
 
 

@@ -67,6 +67,9 @@ class AdaptiveKLController:
         self.horizon = int(state["horizon"])
 
 
+KL_CONTROLLERS = ("fixed", "adaptive")
+
+
 def build_kl_controller(
     kind: str, init_kl_coef: float, target_kl: float = 0.1, horizon: int = 10000
 ) -> KLController:
@@ -75,4 +78,4 @@ def build_kl_controller(
         return FixedKLController(init_kl_coef)
     if kind == "adaptive":
         return AdaptiveKLController(init_kl_coef, target_kl, horizon)
-    raise ValueError(f"unknown KL controller '{kind}'; expected 'fixed' or 'adaptive'")
+    raise ValueError(f"unknown KL controller '{kind}'; expected one of {list(KL_CONTROLLERS)}")

@@ -44,6 +44,25 @@ def kl_penalty(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kind: str) ->
     raise ValueError(f"unknown KL estimator '{kind}'; expected one of {list(KL_KINDS)}")
 
 
+def kl_in_reward(
+    token_scores: torch.Tensor,
+    log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    mask: torch.Tensor,
+    coef: float,
+    kind: str = "k1",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rewards with the KL penalty, and the per-token KL (0 off the mask).
+
+        r_t = s_t − β · KL_t    on model tokens (m_t = 1)
+        r_t = s_t               elsewhere (observations, padding: the policy did not write them)
+
+    with KL_t the ``kind`` estimator of log π_old − log π_ref and β = ``coef``.
+    """
+    kl = torch.where(mask.bool(), kl_penalty(log_prob, ref_log_prob, kind), torch.zeros_like(log_prob))
+    return token_scores - coef * kl, kl
+
+
 # --- aggregation -----------------------------------------------------------------------
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")

@@ -5,7 +5,7 @@
 
 Every mode generates through ``LLMGenerationManager`` with the same engine and the same
 decoding, so the modes differ only in what the question's prompt holds and in which tools
-exist (DESIGN §1):
+exist:
 
 =========  ========================================  ======  =========
 mode       prompt                                    tools   max_turns
@@ -18,10 +18,11 @@ agent      the training prompt (Search-R1 format)    search  ``max_turns``
 With ``max_turns=0`` the manager runs exactly one turn that stops at ``</answer>``, so the
 one-shot modes get the same stop handling, budgets and token accounting as the agent.
 
-Nothing here builds a critic, an optimiser or a reference model. With ``out_dir`` the
-records go to a resumable ``predictions.jsonl`` (see ``store.py``) and the per-dataset
-metrics to ``metrics.json`` / ``metrics.md``; without it everything stays in memory
-(the trainer's validation path).
+Records are scored by ``records.trajectory_record``, the rule the trainer's validation and
+the quickstart use too. Nothing here builds a critic, an optimiser or a reference model.
+With ``out_dir`` the records go to a resumable ``predictions.jsonl`` (see ``store.py``)
+and the per-dataset metrics to ``metrics.json`` / ``metrics.md``; without it everything
+stays in memory.
 
 Tool errors stop the evaluation (``tool_error_policy="raise"``): a retriever that died
 halfway would otherwise turn into error observations and quietly lower the numbers. The
@@ -43,14 +44,13 @@ from tqdm import tqdm
 from agentrl.agent.generation import LLMGenerationManager
 from agentrl.agent.tools.search import SearchTool
 from agentrl.agent.tools.search_client import RetrieverClient, RetrieverError
-from agentrl.agent.trajectory import Segment, Trajectory
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines import ENGINE_KINDS, SamplingParams, build_engine
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.prompts import MODES, build_prompt
+from agentrl.eval.records import trajectory_record
 from agentrl.eval.report import aggregate, markdown_table, settings_lines
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
-from agentrl.rewards import answer_metrics, cover_exact_match, gold_in_documents
 
 __all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir"]
 
@@ -198,50 +198,6 @@ def _retrieve(client: RetrieverClient, questions: Sequence[EvalQuestion], topk: 
     return asyncio.run(once())
 
 
-def _model_text(tokenizer: Any, traj: Trajectory) -> str:
-    """What the model itself wrote (observation segments left out), without special tokens."""
-    ids = [t for t, seg in zip(traj.response_ids, traj.segments, strict=True) if seg == Segment.MODEL]
-    return tokenizer.decode(ids, skip_special_tokens=True)
-
-
-def _record(
-    mode: str, q: EvalQuestion, traj: Trajectory, text: str, model_text: str, docs: list[dict] | None
-) -> dict[str, Any]:
-    golds = list(q.golden_answers)
-    m = answer_metrics(text, traj.answer, golds)  # the trainer's validation metrics, so the numbers agree
-    if mode == "rag":
-        hit: float | None = float(gold_in_documents([d["contents"] for d in docs or []], golds))
-    elif mode == "agent":  # what the tools returned, not the hints and notes around it
-        hit = float(gold_in_documents([text for _, text in traj.tool_outputs], golds))
-    else:
-        hit = None
-    return {
-        "dataset": q.dataset,
-        "id": q.id,
-        "question": q.question,
-        "golden_answers": golds,
-        "prediction": traj.answer,
-        "em": m["em"],
-        "f1": m["f1"],
-        "cover_em": m["cover_em"],
-        "answered": bool(m["has_answer"]),
-        # Lenient diagnostic, not a Search-R1 metric: a gold answer anywhere in what the model
-        # wrote, tags or not. Shows what a model that ignores the answer format knows.
-        "text_cover_em": cover_exact_match(model_text, golds),
-        "retrieval_hit": hit,
-        "num_searches": traj.num_searches,
-        "num_turns": traj.num_turns,
-        "response_tokens": traj.num_model_tokens,
-        "observation_tokens": len(traj.response_ids) - traj.num_model_tokens,
-        "prompt_tokens": len(traj.prompt_ids),
-        "finished": traj.finished,
-        "truncated": traj.truncation.any,
-        "tool_failures": traj.tool_failures,
-        "retrieved_ids": [d["id"] for d in docs] if docs is not None else None,
-        "response": text,
-    }
-
-
 def evaluate(
     model: Any,
     tokenizer: Any,
@@ -338,12 +294,12 @@ def evaluate(
             chunk = pending[i : i + settings.batch_size]
             docs: list[list[dict] | None] = _retrieve(client, chunk, settings.topk) if client else [None] * len(chunk)
             prompts = [build_prompt(tokenizer, mode, q, d) for q, d in zip(chunk, docs, strict=True)]
-            trajs = manager.run(prompts, settings.sampling())
+            trajs = manager.run(prompts, settings.sampling()).trajectories
             new = [
-                _record(mode, q, t, tokenizer.decode(t.response_ids, skip_special_tokens=False),
-                        _model_text(tokenizer, t), d)
+                trajectory_record(t, tokenizer, q.golden_answers, dataset=q.dataset, question_id=q.id,
+                                  question=q.question, documents=d)
                 for q, t, d in zip(chunk, trajs, docs, strict=True)
-            ]
+            ]  # fmt: skip
             if store:
                 store.append(new)
             records.extend(new)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["METRICS", "aggregate", "markdown_table", "settings_lines"]
+__all__ = ["METRICS", "aggregate", "flat_metrics", "markdown_table", "settings_lines"]
 
 # record field -> (summary name, column header, decimals)
 METRICS: dict[str, tuple[str, str, int]] = {
@@ -32,11 +32,11 @@ METRICS: dict[str, tuple[str, str, int]] = {
 }
 
 
-def aggregate(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """Mean of every metric per dataset, with ``n`` (questions scored)."""
+def aggregate(records: Iterable[Mapping[str, Any]], key: str = "dataset") -> dict[str, dict[str, float]]:
+    """Mean of every metric per value of ``key`` (``dataset``, ``data_source``, ...), with ``n``."""
     by_dataset: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
-        by_dataset.setdefault(str(r["dataset"]), []).append(r)
+        by_dataset.setdefault(str(r[key]), []).append(r)
     out: dict[str, dict[str, float]] = {}
     for name, rows in by_dataset.items():
         summary: dict[str, float] = {"n": float(len(rows))}
@@ -46,6 +46,14 @@ def aggregate(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, float
                 summary[key] = sum(values) / len(values)
         out[name] = summary
     return out
+
+
+def flat_metrics(records: Sequence[Mapping[str, Any]], prefix: str, key: str = "data_source") -> dict[str, float]:
+    """``{prefix}/all/<metric>`` over every record and ``{prefix}/<group>/<metric>`` per ``key``
+    value: the logger's view of an evaluation (the trainer's ``val/*``)."""
+    groups = {"all": aggregate([{**r, "_all": "all"} for r in records], key="_all")["all"]}
+    groups |= aggregate(records, key=key)
+    return {f"{prefix}/{group}/{name}": value for group, summary in groups.items() for name, value in summary.items()}
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], label_columns: Sequence[str]) -> str:

@@ -21,6 +21,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+# The dtypes a role's weights may be loaded in (config ``actor.dtype`` / ``critic.dtype``).
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VALUE_HEAD_FILE = "value_head.safetensors"
 VALUE_MODEL_MARKER = "agentrl_value_model.json"
 

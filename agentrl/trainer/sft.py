@@ -38,17 +38,19 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from agentrl.agent.generation import LLMGenerationManager, collate
+from agentrl.agent.collate import collate
+from agentrl.agent.generation import LLMGenerationManager
 from agentrl.agent.observations import encode_text
 from agentrl.agent.tools.base import Tool
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 from agentrl.config.schema import OptimConfig, RolloutConfig
 from agentrl.core.batch import Batch
 from agentrl.engines.base import GenerationResult, SamplingParams
+from agentrl.models.forward import policy_forward
 from agentrl.models.loading import load_causal_lm, load_tokenizer
+from agentrl.models.optim import build_optimizer
+from agentrl.models.update import optimizer_step
 from agentrl.seeding import seed_everything
-from agentrl.workers.forward import policy_forward
-from agentrl.workers.optim import build_optimizer
 
 __all__ = [
     "SFTConfig",
@@ -233,7 +235,8 @@ def record_scripted_trajectories(
         engine, tokenizer, rollout, max_prompt_length=max_prompt_length,
         max_response_length=max_response_length, tools=tools,
     )  # fmt: skip
-    trajectories = manager.run(list(prompts), SamplingParams(max_new_tokens=rollout.max_tokens_per_turn, greedy=True))
+    params = SamplingParams(max_new_tokens=rollout.max_tokens_per_turn, greedy=True)
+    trajectories = manager.run(list(prompts), params).trajectories
     complete, incomplete = [], []
     for traj, script in zip(trajectories, turns, strict=True):
         ok = (
@@ -301,6 +304,11 @@ class SFTTrainer:
         mask = batch["response_mask"]
         return -(log_probs * mask).sum(), float(mask.sum())
 
+    def token_mean_nll(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The training loss of one micro-batch: token-mean NLL of its MODEL tokens."""
+        nll, count = self.loss(micro)
+        return nll / max(count, 1.0), {}
+
     def evaluate(self, examples: Sequence[SFTExample]) -> float:
         """Token-mean NLL on MODEL tokens (no gradient)."""
         self.model.eval()
@@ -315,13 +323,16 @@ class SFTTrainer:
         self, examples: Sequence[SFTExample], on_step: Callable[[dict[str, float]], None] | None = None,
         progress: bool = True,
     ) -> list[dict[str, float]]:  # fmt: skip
-        """Train; returns one metrics dict per optimiser step (``loss`` is that step's token-mean NLL)."""
+        """Train; returns one metrics dict per optimiser step (``loss`` is that step's token-mean NLL).
+
+        Each step is ``optimizer_step`` (the one PPO uses): micro-batches weighted by their
+        MODEL tokens, so the step is that of one token-mean loss over the batch.
+        """
         if not examples:
             raise ValueError("SFTTrainer.fit needs at least one example")
         cfg = self.config
         total_steps = cfg.total_steps(len(examples))
         optimizer, scheduler = build_optimizer(self.model.parameters(), cfg.optim, total_steps)
-        max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
         generator = torch.Generator().manual_seed(cfg.seed)
         history: list[dict[str, float]] = []
         bar = tqdm(total=total_steps, desc="sft", unit="step", disable=not progress)
@@ -332,34 +343,24 @@ class SFTTrainer:
             for first in range(0, len(order), cfg.batch_size):
                 if step >= total_steps:
                     break
-                mini = [examples[i] for i in order[first : first + cfg.batch_size]]
-                optimizer.zero_grad(set_to_none=True)
-                tokens = float(sum(e.segments.count(Segment.MODEL) for e in mini))
-                step_loss = 0.0
-                for m in range(0, len(mini), cfg.micro_batch_size):
-                    nll, _ = self.loss(self._batch(mini[m : m + cfg.micro_batch_size]))
-                    (nll / tokens).backward()
-                    step_loss += nll.item() / tokens
-                if not math.isfinite(step_loss):
-                    raise FloatingPointError(f"sft step {step + 1}: loss is {step_loss}")
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
-                if not math.isfinite(grad_norm):
-                    raise FloatingPointError(f"sft step {step + 1}: grad_norm is {grad_norm}")
-                optimizer.step()
+                batch = self._batch([examples[i] for i in order[first : first + cfg.batch_size]])
+                result = optimizer_step(self.model, optimizer, batch, self.token_mean_nll,
+                                        micro_batch_size=cfg.micro_batch_size, weighting="tokens",
+                                        grad_clip=cfg.optim.grad_clip, what=f"sft step {step + 1}")  # fmt: skip
                 scheduler.step()
                 step += 1
                 metrics = {
                     "step": float(step),
-                    "loss": step_loss,
-                    "grad_norm": grad_norm,
+                    "loss": result.loss,
+                    "grad_norm": result.grad_norm,
                     "lr": float(optimizer.param_groups[0]["lr"]),
-                    "tokens": tokens,
+                    "tokens": float(batch["response_mask"].sum()),
                     "elapsed_s": time.perf_counter() - start,
                 }
                 history.append(metrics)
                 if on_step is not None:
                     on_step(metrics)
-                bar.set_postfix(loss=f"{step_loss:.3f}")
+                bar.set_postfix(loss=f"{result.loss:.3f}")
                 bar.update(1)
         bar.close()
         self.model.eval()

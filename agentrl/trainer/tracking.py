@@ -88,6 +88,9 @@ class WandbLogger:
         self.run.finish()
 
 
+LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+
+
 class Tracker:
     """Fans one metrics dict out to every configured logger."""
 
@@ -99,9 +102,9 @@ class Tracker:
             "tensorboard": lambda: TensorboardLogger(run_dir),
             "wandb": lambda: WandbLogger(project, name, config or {}),
         }
-        unknown = [k for k in kinds if k not in factories]
+        unknown = [k for k in kinds if k not in LOGGERS]
         if unknown:
-            raise ValueError(f"trainer.logger: unknown logger(s) {unknown}; expected some of {sorted(factories)}")
+            raise ValueError(f"trainer.logger: unknown logger(s) {unknown}; expected some of {list(LOGGERS)}")
         self.loggers: list[Logger] = [factories[k]() for k in kinds]
 
     def log(self, metrics: dict[str, float], step: int) -> None:

@@ -13,44 +13,46 @@ from pathlib import Path
 
 import torch
 
-from agentrl.config.schema import ExperimentConfig
+from agentrl.agent.generation import RolloutResult
+from agentrl.config.schema import ActorConfig
 from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
 from agentrl.engines.base import SamplingParams
-from agentrl.models.loading import load_causal_lm, load_tokenizer
+from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
+from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer
 from agentrl.seeding import derive_seed
-from agentrl.workers.base import TrainableWorker, Worker
-from agentrl.workers.forward import no_grad_over_micro_batches, policy_forward
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from agentrl.workers.base import RunContext, TrainableWorker, Worker
 
 
 class PolicyWorker(Worker):
-    """A causal LM that can score its responses; the reference is one that never trains."""
+    """A causal LM that can score its responses; the reference is one that never trains.
+
+    Built from the actor's config section: the reference *is* the actor's starting policy,
+    scored with the actor's temperature and micro-batching.
+    """
 
     trainable = False
 
-    def __init__(self, config: ExperimentConfig, rank: int = 0, world_size: int = 1, master_port: int | None = None):
-        super().__init__(config, rank, world_size, master_port)
-        self.model_path = config.actor.model_path
-        self.model = load_causal_lm(self.model_path, dtype=DTYPES[config.actor.dtype], device=self.device)
+    def __init__(self, actor: ActorConfig, context: RunContext, rank: int = 0, world_size: int = 1,
+                 master_port: int | None = None):  # fmt: skip
+        super().__init__(context, rank, world_size, master_port)
+        self.actor = actor
+        self.model_path = actor.model_path
+        self.model = load_causal_lm(self.model_path, dtype=DTYPES[actor.dtype], device=self.device)
         self.tokenizer = load_tokenizer(self.model_path)
-        self.temperature = config.actor.rollout.temperature
+        self.temperature = actor.rollout.temperature
         if not self.trainable:
             self.model.eval()
             self.model.requires_grad_(False)
 
-    def _micro(self) -> tuple[int, int | None]:
-        actor = self.config.actor
-        return actor.ppo_micro_batch_size, actor.max_tokens_per_micro_batch if actor.use_dynamic_bsz else None
-
     def compute_log_prob(self, batch: Batch) -> torch.Tensor:
         """log π(a_t) (temperature-scaled, as sampled) of every response token: (B, R)."""
         self.model.eval()
-        micro, max_tokens = self._micro()
+        update = self.actor.update
+        max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
         return no_grad_over_micro_batches(
-            lambda mb: policy_forward(self.model, mb, self.temperature)[0], batch, micro, max_tokens
+            lambda mb: policy_forward(self.model, mb, self.temperature)[0], batch, update.micro_batch_size, max_tokens
         )
 
     def weight_checksum(self) -> float:
@@ -68,11 +70,12 @@ class ReferenceWorker(PolicyWorker):
 class ActorWorker(PolicyWorker, TrainableWorker):
     trainable = True
 
-    def __init__(self, config: ExperimentConfig, rank: int = 0, world_size: int = 1, master_port: int | None = None):
-        super().__init__(config, rank, world_size, master_port)
-        if config.actor.gradient_checkpointing:
+    def __init__(self, actor: ActorConfig, context: RunContext, rank: int = 0, world_size: int = 1,
+                 master_port: int | None = None):  # fmt: skip
+        super().__init__(actor, context, rank, world_size, master_port)
+        if actor.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        self._setup_optimizer(config.actor.optim)
+        self._setup_optimizer(actor.optim)
         self._rollout = None
 
     # --- Stage 1: rollout ------------------------------------------------------------
@@ -84,7 +87,7 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             from agentrl.agent.generation import LLMGenerationManager
             from agentrl.engines import build_engine
 
-            rollout = self.config.actor.rollout
+            rollout = self.actor.rollout
             if rollout.engine == "hf":
                 engine = build_engine("hf", model=self.model, tokenizer=self.tokenizer, max_batch_size=rollout.max_batch_size)
             else:
@@ -99,13 +102,13 @@ class ActorWorker(PolicyWorker, TrainableWorker):
                 engine,
                 self.tokenizer,
                 rollout,
-                max_prompt_length=self.config.data.max_prompt_length,
-                max_response_length=self.config.data.max_response_length,
+                max_prompt_length=self.context.max_prompt_length,
+                max_response_length=self.context.max_response_length,
             )
         return self._rollout
 
     def sampling_params(self, validate: bool, seed: int | None) -> SamplingParams:
-        rollout = self.config.actor.rollout
+        rollout = self.actor.rollout
         if validate and rollout.val_greedy:
             return SamplingParams(max_new_tokens=rollout.max_tokens_per_turn, greedy=True, seed=seed)
         return SamplingParams(
@@ -118,24 +121,21 @@ class ActorWorker(PolicyWorker, TrainableWorker):
 
     def generate_sequences(
         self, prompts: list, n: int, seed: int | None = None, validate: bool = False
-    ) -> tuple[list, dict[str, float]]:
-        """Multi-turn rollouts of ``prompts``, ``n`` samples each: the ``Trajectory`` list and
-        the rollout's timing (``timing_s/retrieval``: wall time with a tool call in flight,
-        which overlaps generation under the concurrent schedule).
+    ) -> RolloutResult:
+        """Multi-turn rollouts of ``prompts``, ``n`` samples each: trajectories and metrics.
 
         Each rank draws from its own seed so data-parallel shards do not sample alike.
         """
         self.model.eval()
         rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
-        trajectories = self.rollout.run(prompts, self.sampling_params(validate, rank_seed), n=n)
-        return trajectories, {"timing_s/retrieval": self.rollout.last_tool_seconds}
+        return self.rollout.run(prompts, self.sampling_params(validate, rank_seed), n=n)
 
     # --- Stage 3: update -------------------------------------------------------------
 
     def _actor_loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        actor = self.config.actor
+        actor = self.actor
         mask = micro["response_mask"]
-        norm = self.config.data.max_response_length  # the Dr.GRPO constant: the response budget
+        norm = self.context.max_response_length  # the Dr.GRPO constant: the response budget
         need_entropy = actor.entropy_coeff != 0
         log_probs, entropy = policy_forward(
             self.model, micro, self.temperature, with_entropy=True, entropy_grad=need_entropy
@@ -166,20 +166,9 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         return loss, metrics
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
-        actor = self.config.actor
-        micro, max_tokens = self._micro()
-        metrics = self.train_epochs(
-            batch,
-            self._actor_loss,
-            mini_batch_size=actor.ppo_mini_batch_size,
-            micro_batch_size=micro,
-            epochs=actor.ppo_epochs,
-            shuffle=actor.shuffle,
-            metric_prefix="actor",
-            token_weighted=actor.loss_agg_mode == "token-mean",
-            max_tokens=max_tokens,
-        )
-        if self._rollout is not None and self.config.actor.rollout.engine != "hf":
+        weighting = "tokens" if self.actor.loss_agg_mode == "token-mean" else "sequences"
+        metrics = self.train_epochs(batch, self._actor_loss, self.actor.update, "actor", weighting)
+        if self._rollout is not None and self.actor.rollout.engine != "hf":
             self._rollout.engine.update_weights(self.model.state_dict())
         return metrics
 
@@ -192,18 +181,12 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         self.save_training_state(directory, "actor")
 
     def load_checkpoint(self, directory: str) -> None:
-        state = load_causal_lm(Path(directory) / "actor", dtype=DTYPES[self.config.actor.dtype]).state_dict()
+        state = load_causal_lm(Path(directory) / "actor", dtype=DTYPES[self.actor.dtype]).state_dict()
         with torch.no_grad():
             self.model.load_state_dict(state)
         self.load_training_state(directory, "actor")
-        if self._rollout is not None and self.config.actor.rollout.engine != "hf":
+        if self._rollout is not None and self.actor.rollout.engine != "hf":
             self._rollout.engine.update_weights(self.model.state_dict())
-
-    def export_hf(self, directory: str) -> None:
-        """The policy as a plain HF directory (model + tokenizer) for serving and evaluation."""
-        if self.rank == 0:
-            self.model.save_pretrained(directory)
-            self.tokenizer.save_pretrained(directory)
 
     def shutdown(self) -> None:
         if self._rollout is not None:

@@ -18,7 +18,6 @@ import numpy as np
 import ray
 import torch
 
-from agentrl.config.schema import ExperimentConfig
 from agentrl.core.batch import Batch
 
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -60,6 +59,8 @@ def mini_batch_shards(batch: Batch, parts: int, mini_batch_size: int) -> list[Ba
 
 def _combine(results: list[Any]) -> Any:
     first = results[0]
+    if callable(getattr(type(first), "merge", None)):  # e.g. RolloutResult: the type knows how
+        return type(first).merge(results)
     if isinstance(first, Batch):
         return Batch.concat(results)
     if isinstance(first, torch.Tensor):
@@ -77,12 +78,14 @@ class WorkerGroup:
     def __init__(
         self,
         worker_cls: type,
-        config: ExperimentConfig,
+        args: tuple[Any, ...],
         world_size: int = 1,
         num_cpus: float = 1.0,
         num_gpus: float = 0.0,
         name: str = "worker",
     ) -> None:
+        """``worker_cls(*args, rank, world_size, master_port)`` on each of ``world_size`` Ray actors
+        (``args``: the role's config section and the run context)."""
         self.name = name
         self.world_size = world_size
         port = free_port() if world_size > 1 else None
@@ -93,7 +96,7 @@ class WorkerGroup:
         if "AGENTRL_TORCH_THREADS" in os.environ:
             env["AGENTRL_TORCH_THREADS"] = os.environ["AGENTRL_TORCH_THREADS"]
         remote_cls = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env={"env_vars": env})(worker_cls)
-        self.workers = [remote_cls.remote(config, rank, world_size, port) for rank in range(world_size)]
+        self.workers = [remote_cls.remote(*args, rank, world_size, port) for rank in range(world_size)]
         ray.get([w.ping.remote() for w in self.workers])  # surface constructor errors here, by role
 
     def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:

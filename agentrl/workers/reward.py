@@ -10,17 +10,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agentrl.config.schema import ExperimentConfig
+from agentrl.config.schema import RewardConfig
 from agentrl.core.batch import Batch
 from agentrl.core.masked import last_true_index
+from agentrl.models.forward import no_grad_over_micro_batches, trim_padding
 from agentrl.models.loading import build_value_model
 from agentrl.rewards import score_batch
-from agentrl.workers.base import Worker
-from agentrl.workers.forward import no_grad_over_micro_batches, trim_padding
+from agentrl.workers.base import RunContext, Worker
 
 
 class RuleRewardWorker(Worker):
     """Scores rendered responses against ground truth with the registry's scorers."""
+
+    def __init__(self, reward: RewardConfig, context: RunContext, rank: int = 0, world_size: int = 1,
+                 master_port: int | None = None):  # fmt: skip
+        super().__init__(context, rank, world_size, master_port)
+        self.reward = reward
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         scores, per_sample = score_batch(
@@ -28,7 +33,7 @@ class RuleRewardWorker(Worker):
             list(batch["ground_truth"]),
             list(batch["data_source"]),
             list(batch["extra_info"]),
-            config=self.config.reward,
+            config=self.reward,
             answers=list(batch["answer"]),
         )
         metrics = {f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values}
@@ -38,11 +43,13 @@ class RuleRewardWorker(Worker):
 class RewardModelWorker(Worker):
     """A learned reward model: a scalar head read at the last model token of each response."""
 
-    def __init__(self, config: ExperimentConfig, rank: int = 0, world_size: int = 1, master_port: int | None = None):
-        super().__init__(config, rank, world_size, master_port)
-        if not config.reward.reward_model_path:
+    def __init__(self, reward: RewardConfig, context: RunContext, rank: int = 0, world_size: int = 1,
+                 master_port: int | None = None):  # fmt: skip
+        super().__init__(context, rank, world_size, master_port)
+        if not reward.reward_model_path:
             raise ValueError("RewardModelWorker needs reward.reward_model_path")
-        self.model = build_value_model(config.reward.reward_model_path, device=self.device).eval()
+        self.reward = reward
+        self.model = build_value_model(reward.reward_model_path, device=self.device).eval()
 
     def _score(self, micro: Batch) -> torch.Tensor:
         inputs = trim_padding(micro)
@@ -52,5 +59,5 @@ class RewardModelWorker(Worker):
         return response_values.gather(1, last.unsqueeze(1)).squeeze(1).float()
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        scores = no_grad_over_micro_batches(self._score, batch, self.config.critic.ppo_micro_batch_size)
+        scores = no_grad_over_micro_batches(self._score, batch, self.reward.micro_batch_size)
         return scores, {"reward/model_score": float(scores.mean())}

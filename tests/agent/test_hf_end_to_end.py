@@ -35,7 +35,7 @@ def test_tiny_model_rollout_invariants(hf_engine, tokenizer, retriever_url, sche
     builder = PromptBuilder(tokenizer)
     specs = [builder.from_question(q, data_source="nq", index=i)
              for i, q in enumerate(["What is the capital of France?", "Who wrote Pride and Prejudice?"])]
-    trajs = manager.run(specs, SamplingParams(max_new_tokens=24, temperature=1.0, seed=7), n=2)
+    trajs = manager.run(specs, SamplingParams(max_new_tokens=24, temperature=1.0, seed=7), n=2).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
 
     assert len(trajs) == 4 and len({t.group_id for t in trajs}) == 2

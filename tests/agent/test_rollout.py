@@ -24,8 +24,9 @@ from agentrl.agent.prompts import PromptBuilder
 from agentrl.agent.tools.base import ToolResult
 from agentrl.agent.tools.calculator import CalculatorTool
 from agentrl.agent.tools.search import SearchTool
-from agentrl.config.schema import ExperimentConfig, RolloutConfig, ToolConfig
+from agentrl.config.schema import ExperimentConfig, RewardConfig, RolloutConfig, ToolConfig
 from agentrl.engines.base import SamplingParams
+from agentrl.workers.base import RunContext
 from agentrl.workers.reward import RuleRewardWorker
 
 pytestmark = pytest.mark.timeout(60)
@@ -66,12 +67,13 @@ def prompts(tokenizer, questions=QUESTIONS, data_source="nq"):
 def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule):
     engine = ScriptedEngine(tokenizer, search_then_answer)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=1)], schedule=schedule)
-    trajs = manager.run(prompts(tokenizer), n=2)
+    result = manager.run(prompts(tokenizer), n=2)
+    trajs = result.trajectories
     batch = assert_rollout_invariants(trajs, engine, tokenizer)
 
     assert len(trajs) == 6
     for t, text in zip(trajs, batch["response_text"], strict=True):
-        assert (t.num_turns, t.num_searches, t.num_valid_actions, t.finished) == (2, 1, 2, True)
+        assert (t.num_turns, t.num_tool_calls, t.num_valid_actions, t.finished) == (2, 1, 2, True)
         assert t.tool_calls == {"search": 1} and t.tool_failures == 0 and not t.truncation.any
         # the turn stopped at </search>: the sampled text ends there and the rest was never sampled
         assert "</search>\n\n<information>Doc 1(Title:" in text and "trailing text" not in text
@@ -81,8 +83,10 @@ def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule):
     # the turn's stop strings are the tool's closing tag and </answer>
     assert {c.params.stop for c in engine.calls} == {("</search>", "</answer>")}
     assert all(c.batched == (schedule == "lockstep") for c in engine.calls)
-    metrics = rollout_metrics(trajs)
-    assert metrics["rollout/finished"] == 1.0 and metrics["rollout/num_searches"] == 1.0
+    metrics = result.metrics  # the rollout returns its metrics with its trajectories
+    assert metrics == rollout_metrics(trajs, ["search"]) | {"rollout/tool_busy_s": metrics["rollout/tool_busy_s"]}
+    assert metrics["rollout/finished"] == 1.0 and metrics["rollout/tool_calls/search"] == 1.0
+    assert metrics["rollout/tool_calls"] == 1.0 and metrics["rollout/tool_busy_s"] > 0
     assert all(t.tool_metrics == {"docs": 1.0} for t in trajs) and metrics["rollout/tool/docs"] == 1.0
 
 
@@ -95,7 +99,7 @@ def test_seeded_rollouts_give_every_row_turn_and_step_its_own_random_stream(toke
     used = {}
     for base in (1000, 1001, 1000):  # two consecutive training steps, then the first again
         engine.seeds.clear()
-        trajs = manager.run(specs, SamplingParams(max_new_tokens=64, seed=base), n=2)
+        trajs = manager.run(specs, SamplingParams(max_new_tokens=64, seed=base), n=2).trajectories
         assert len(trajs) == 8 and sum(t.num_turns for t in trajs) == 24
         assert len(engine.seeds) == 24 and len(set(engine.seeds)) == 24, "row-turns share a random stream"
         used.setdefault(base, []).append(sorted(engine.seeds))
@@ -115,11 +119,11 @@ def test_an_answer_split_across_turns_is_rejected_by_the_rollout_and_scores_zero
     engine = ScriptedEngine(tokenizer, split_answer)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=budget)
     specs = [PromptSpec(p.prompt_ids, "nq", {"target": ["Paris"]}) for p in prompts(tokenizer, QUESTIONS[:1])]
-    (traj,) = manager.run(specs)
+    (traj,) = manager.run(specs).trajectories
     assert (traj.num_invalid_actions, traj.finished, traj.answer) == (2, False, None)
     batch = collate([traj], tokenizer.pad_token_id, tokenizer)
     assert "<answer> Paris" in batch["response_text"][0] and batch["response_text"][0].endswith("</answer>")
-    scores, metrics = RuleRewardWorker(ExperimentConfig()).compute_scores(batch)
+    scores, metrics = RuleRewardWorker(RewardConfig(), RunContext.from_config(ExperimentConfig())).compute_scores(batch)
     assert scores.tolist() == [0.0] and metrics["reward/has_answer"] == 0.0
 
 
@@ -127,7 +131,7 @@ def test_collate_contract(tokenizer, retriever_url):
     engine = ScriptedEngine(tokenizer, search_then_answer)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)])
     specs = prompts(tokenizer, ["France?", "Who wrote Pride and Prejudice, the famous English novel of 1813?"])
-    trajs = manager.run(specs)
+    trajs = manager.run(specs).trajectories
     batch = collate(trajs, tokenizer.pad_token_id, tokenizer)
     b, p, r = 2, max(len(s.prompt_ids) for s in specs), max(len(t.response_ids) for t in trajs)
     assert batch["prompts"].shape == (b, p) and batch["responses"].shape == (b, r)
@@ -144,7 +148,7 @@ def test_collate_contract(tokenizer, retriever_url):
                        for tok, seg in zip(t.response_ids, t.segments, strict=True)]
         assert batch["rollout_log_probs"][i, :lr].tolist() == pytest.approx(expected_lp)
     for key in ("group_id", "uid", "data_source", "ground_truth", "extra_info", "response_text", "num_turns",
-                "num_searches", "num_valid_actions", "num_invalid_actions", "finished", "truncated",
+                "tool_calls", "answer", "num_valid_actions", "num_invalid_actions", "finished", "truncated",
                 "obs_truncations", "context_truncated", "response_truncated", "turn_budget_hits", "tool_failures",
                 "token_drift"):
         assert key in batch, key
@@ -159,9 +163,9 @@ def test_max_turns_then_forced_final_answer_turn(tokenizer, retriever_url, sched
 
     engine = ScriptedEngine(tokenizer, policy)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], schedule=schedule, max_turns=3)
-    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1]))
+    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
-    assert (t.num_searches, t.num_turns, t.finished) == (3, 4, True)
+    assert (t.num_tool_calls, t.num_turns, t.finished) == (3, 4, True)
     stops = [c.params.stop for c in engine.calls]
     assert stops == [("</search>", "</answer>")] * 3 + [("</answer>",)]
     # only the observation after the last allowed search carries the note
@@ -175,10 +179,10 @@ def test_max_turns_then_forced_final_answer_turn(tokenizer, retriever_url, sched
 def test_policy_that_never_answers_stops_after_final_turn(tokenizer, retriever_url):
     engine = ScriptedEngine(tokenizer, always_search)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=2)
-    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1]))
+    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     # two searches executed; the final turn's <search> is not a stop string, runs to eos, is invalid
-    assert (t.num_searches, t.num_turns, t.num_invalid_actions, t.finished) == (2, 3, 1, False)
+    assert (t.num_tool_calls, t.num_turns, t.num_invalid_actions, t.finished) == (2, 3, 1, False)
     assert t.finish_reasons == ["stop", "stop", "eos"]
 
 
@@ -191,9 +195,9 @@ def test_invalid_action_gets_hint_and_counts(tokenizer, retriever_url):
 
     engine = ScriptedEngine(tokenizer, policy)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=3)
-    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1]))
+    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
-    assert (t.num_invalid_actions, t.num_valid_actions, t.num_searches, t.finished) == (2, 1, 0, True)
+    assert (t.num_invalid_actions, t.num_valid_actions, t.num_tool_calls, t.finished) == (2, 1, 0, True)
     assert tokenizer.decode(t.response_ids).count(INVALID_ACTION_HINT) == 2
     assert t.tool_outputs == [], "a hint is not a tool output"
 
@@ -201,7 +205,7 @@ def test_invalid_action_gets_hint_and_counts(tokenizer, retriever_url):
 def test_turn_budget_hit_is_counted(tokenizer, retriever_url):
     engine = ScriptedEngine(tokenizer, lambda ctx: "<think>" + "very long thoughts " * 20 + "</think><answer> x </answer>")
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=16)
-    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1]))
+    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     assert t.truncation.turn_budget_hits == 2 and t.num_invalid_actions == 2 and not t.finished
     assert all(len(c.result.token_ids) == 16 for c in engine.calls)
@@ -214,7 +218,7 @@ def test_observation_truncated_to_max_obs_length_keeps_closing_tag(tokenizer, re
         else "<answer> Berlin </answer>",
     )
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=3)], max_obs_length=80)
-    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1]))
+    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     obs = [(s, e) for seg, s, e in t.segment_spans if seg == Segment.OBSERVATION]
     assert len(obs) == 1 and obs[0][1] - obs[0][0] == 80
@@ -233,7 +237,7 @@ def test_over_long_prompt_is_kept_whole_and_truncation_counted(tokenizer, retrie
     assert len(specs[1].prompt_ids) < max_prompt and len(specs[2].prompt_ids) > max_prompt + 150
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=5,
                            max_prompt_length=max_prompt, max_response_length=150)
-    trajs = manager.run(specs)
+    trajs = manager.run(specs).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
     for spec, t in zip(specs, trajs, strict=True):
         assert t.prompt_ids == spec.prompt_ids  # never dropped, never cut
@@ -255,8 +259,8 @@ def test_group_ids_unique_across_datasets_and_calls(tokenizer, retriever_url):
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)])
     # same dataset row index (0) in two datasets
     specs = prompts(tokenizer, QUESTIONS[:1], "nq") + prompts(tokenizer, QUESTIONS[:1], "hotpotqa")
-    first = manager.run(specs, n=3)
-    second = manager.run(specs, n=3)
+    first = manager.run(specs, n=3).trajectories
+    second = manager.run(specs, n=3).trajectories
     groups = [t.group_id for t in first]
     assert groups[:3] == [groups[0]] * 3 and groups[3:] == [groups[3]] * 3 and groups[0] != groups[3]
     assert len({t.uid for t in first}) == 6
@@ -269,7 +273,7 @@ def test_retriever_down_observe_continues_with_error(tokenizer, dead_url, schedu
     engine = ScriptedEngine(tokenizer, search_then_answer)
     tool = SearchTool(dead_url, timeout_s=0.5, max_retries=1)
     manager = make_manager(engine, tokenizer, [tool], schedule=schedule)
-    trajs = manager.run(prompts(tokenizer, QUESTIONS[:2]))
+    trajs = manager.run(prompts(tokenizer, QUESTIONS[:2])).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
     for t in trajs:
         assert t.tool_failures == 1 and t.finished
@@ -319,7 +323,7 @@ def test_tool_failure_costs_only_its_trajectory(tokenizer, schedule):
     engine = ScriptedEngine(tokenizer, policy)
     tool = FlakyTool()
     manager = make_manager(engine, tokenizer, [tool], schedule=schedule)
-    trajs = manager.run(prompts(tokenizer, list(queries)))
+    trajs = manager.run(prompts(tokenizer, list(queries))).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
     ok, boom, hang = trajs
     assert ok.tool_failures == 0 and "result for fine" in tokenizer.decode(ok.response_ids)
@@ -352,7 +356,7 @@ def test_calculator_plugged_in_by_config(tokenizer, retriever_url):
     engine = ScriptedEngine(tokenizer, policy)
     manager = LLMGenerationManager(engine, tokenizer, config, max_prompt_length=512, max_response_length=512)
     assert isinstance(manager.tools["calculate"], CalculatorTool)
-    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1]))
+    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     assert t.tool_calls == {"calculate": 1} and t.finished
     assert "</calculate>\n\n<information>27</information>\n\n" in tokenizer.decode(t.response_ids)
@@ -377,7 +381,7 @@ def test_bad_config_is_rejected_by_name(tokenizer):
 def test_dump_and_viewer(tokenizer, retriever_url, tmp_path):
     engine = ScriptedEngine(tokenizer, search_then_answer)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)])
-    trajs = manager.run(prompts(tokenizer, QUESTIONS[:2]), sampling=SamplingParams(max_new_tokens=64))
+    trajs = manager.run(prompts(tokenizer, QUESTIONS[:2]), sampling=SamplingParams(max_new_tokens=64)).trajectories
     path = dump_trajectories(trajs, tmp_path / "dump.jsonl", tokenizer, rewards=[1.0, 0.0], step=3)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(records) == 2 and records[0]["reward"] == 1.0 and records[0]["step"] == 3

@@ -20,8 +20,8 @@ from agentrl.eval.prompts import build_prompt
 
 SETTINGS = EvalSettings(max_tokens_per_turn=8, max_response_length=96, max_obs_length=96, batch_size=2)
 RECORD_FIELDS = {
-    "dataset", "id", "question", "golden_answers", "prediction", "em", "f1", "cover_em", "answered",
-    "retrieval_hit", "num_searches", "num_turns", "response_tokens", "observation_tokens", "prompt_tokens",
+    "dataset", "data_source", "id", "question", "golden_answers", "prediction", "em", "f1", "cover_em", "answered",
+    "retrieval_hit", "num_searches", "tool_calls", "num_turns", "response_tokens", "observation_tokens", "prompt_tokens",
     "finished", "truncated", "tool_failures", "retrieved_ids", "response", "text_cover_em",
 }
 

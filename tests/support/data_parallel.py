@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from agentrl.config.schema import ExperimentConfig, OptimConfig
+from agentrl.config.schema import ExperimentConfig, OptimConfig, UpdateConfig
 from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss
-from agentrl.workers.base import TrainableWorker
+from agentrl.workers.base import RunContext, TrainableWorker
 from agentrl.workers.group import free_port
 
 FEATURES = 3
@@ -43,7 +43,7 @@ class LinearWorker(TrainableWorker):
 
     def __init__(self, rank: int, world_size: int, port: int | None, lr: float, loss_agg_mode: str,
                  norm_tokens: int | None = None) -> None:  # fmt: skip
-        super().__init__(ExperimentConfig(), rank, world_size, port)
+        super().__init__(RunContext.from_config(ExperimentConfig()), rank, world_size, port)
         self.model = torch.nn.Linear(FEATURES, 1, bias=False)
         with torch.no_grad():
             self.model.weight.copy_(torch.tensor([[0.5, -1.0, 0.25]]))
@@ -57,16 +57,9 @@ class LinearWorker(TrainableWorker):
         return agg_loss(loss_mat, micro["response_mask"], self.loss_agg_mode, self.norm_tokens), {}
 
     def update(self, batch: Batch, mini_batch_size: int, micro_batch_size: int) -> dict[str, Any]:
-        self.train_epochs(
-            batch,
-            self.loss,
-            mini_batch_size=mini_batch_size,
-            micro_batch_size=micro_batch_size,
-            epochs=1,
-            shuffle=False,
-            metric_prefix="toy",
-            token_weighted=self.loss_agg_mode == "token-mean",
-        )
+        schedule = UpdateConfig(mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size, shuffle=False)
+        weighting = "tokens" if self.loss_agg_mode == "token-mean" else "sequences"
+        self.train_epochs(batch, self.loss, schedule, "toy", weighting)
         return {"grad": self.model.weight.grad.clone(), "weight": self.model.weight.detach().clone()}
 
 

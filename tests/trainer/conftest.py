@@ -40,10 +40,10 @@ class SearchWorld:
             "actor.rollout.tools": "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '"
             + self.retrieve_url
             + "', topk: 1}}]",
-            "actor.ppo_mini_batch_size": 4,
-            "actor.ppo_micro_batch_size": 2,
-            "critic.ppo_mini_batch_size": 4,
-            "critic.ppo_micro_batch_size": 2,
+            "actor.update.mini_batch_size": 4,
+            "actor.update.micro_batch_size": 2,
+            "critic.update.mini_batch_size": 4,
+            "critic.update.micro_batch_size": 2,
             "actor.optim.lr": 1e-4,
             "actor.optim.warmup_ratio": 0.0,
             "critic.optim.warmup_ratio": 0.0,

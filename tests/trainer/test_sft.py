@@ -172,7 +172,7 @@ def test_scripted_oracle_turns_through_the_real_retriever(tiny_world, tmp_path):
 
                 final = k + 1 >= rollout.max_turns
                 assert traj.response_ids[a:b] == encoder.encode(format_documents([passage]), final_turn=final).ids
-            assert traj.finished and traj.num_searches == q.hop
+            assert traj.finished and traj.tool_calls == {"search": q.hop}
 
         # A per-turn budget below the turns' length cuts them: reported apart, never trained on.
         short = RolloutConfig(max_turns=2, max_tokens_per_turn=8, max_obs_length=160, schedule="concurrent")

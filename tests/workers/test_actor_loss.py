@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.agent.generation import collate
+from agentrl.agent.collate import collate
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 from agentrl.config import load_config
 from agentrl.core.batch import Batch
+from agentrl.models.forward import policy_forward
 from agentrl.workers.actor import ActorWorker
-from agentrl.workers.forward import policy_forward
+from agentrl.workers.base import RunContext
 
 
 def rollout_batch(vocab_size: int, pad_token_id: int, rows: int = 4, seed: int = 0) -> Batch:
@@ -49,7 +50,8 @@ def saved_for_backward_bytes(fn) -> int:
 
 @pytest.fixture(scope="module")
 def actor(tiny_model_dir) -> ActorWorker:
-    return ActorWorker(load_config("ppo", [f"actor.model_path={tiny_model_dir}", "actor.entropy_coeff=0"]))
+    config = load_config("ppo", [f"actor.model_path={tiny_model_dir}", "actor.entropy_coeff=0"])
+    return ActorWorker(config.actor, RunContext.from_config(config))
 
 
 def test_without_an_entropy_bonus_no_vocabulary_sized_softmax_is_kept_for_backward(actor):

@@ -8,6 +8,8 @@ import torch
 
 from agentrl.config.schema import OptimConfig
 
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
 
 def warmup_steps_of(config: OptimConfig, total_steps: int) -> int:
     if config.warmup_steps > 0:
@@ -36,7 +38,7 @@ def lr_multiplier(step: int, config: OptimConfig, total_steps: int) -> float:
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
     if config.lr_schedule == "linear":
         return floor + (1 - floor) * (1 - progress)
-    raise ValueError(f"unknown lr_schedule '{config.lr_schedule}'; expected constant, cosine or linear")
+    raise ValueError(f"unknown lr_schedule '{config.lr_schedule}'; expected one of {list(LR_SCHEDULES)}")
 
 
 def build_optimizer(

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agentrl.config.schema import OptimConfig
-from agentrl.workers.optim import build_optimizer, lr_multiplier
+from agentrl.models.optim import build_optimizer, lr_multiplier
 
 
 def test_linear_warmup_then_constant():

@@ -1,0 +1,114 @@
+"""Padding trajectories into the trainer's ``Batch``: the field contract every role reads.
+
+B trajectories, P = longest prompt, R = longest response (at least 1).
+
+======================  ===========  ============================================================
+field                   shape/dtype  meaning
+======================  ===========  ============================================================
+``prompts``             (B,P) long   prompt ids, left-padded with ``pad_token_id``
+``responses``           (B,R) long   response ids (model + observation), right-padded
+``input_ids``           (B,P+R) long ``cat(prompts, responses)``
+``attention_mask``      (B,P+R) long 1 on real prompt/response tokens, 0 on padding
+``position_ids``        (B,P+R) long ``cumsum(attention_mask) - 1``, clamped at 0
+``response_segments``   (B,R) int8   ``Segment``: 0 padding, 1 model, 2 observation
+``response_mask``       (B,R) float  loss mask, ``response_segments == 1``
+``rollout_log_probs``   (B,R) float  engine log-prob of each model token, 0 elsewhere
+======================  ===========  ============================================================
+
+Meta (object arrays of length B): ``group_id`` (shared by the n samples of one prompt,
+unique across the batch and across calls), ``uid`` (unique per trajectory),
+``data_source``, ``ground_truth``, ``extra_info``, ``index`` (dataset row, logs only),
+``response_text`` (``render_response``: what the reward's tag grammar reads),
+``num_turns``, ``tool_calls`` (dict: calls per tool tag), ``num_valid_actions``,
+``num_invalid_actions``, ``finished`` (ended with a complete answer), ``answer`` (its
+body, as the rollout accepted it within one model turn; None if none: what the reward
+scores), ``truncated`` (any truncation), ``obs_truncations`` (observations cut),
+``obs_tokens_cut``, ``context_truncated``, ``response_truncated``, ``turn_budget_hits``,
+``tool_failures``, ``token_drift`` (None unless ``check_token_drift``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from agentrl.agent.trajectory import Segment, Trajectory
+from agentrl.core.batch import Batch
+
+
+def render_response(tokenizer: Any, response_ids: Sequence[int]) -> str:
+    """The one decoding rule for scoring and evaluation: the whole response (model turns and
+    observations) decoded *without* special tokens, so an eos or chat marker the model
+    emitted is not read as text outside the tags."""
+    return tokenizer.decode(list(response_ids), skip_special_tokens=True)
+
+
+def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: Any = None) -> Batch:
+    """Pad trajectories into the trainer's ``Batch`` (field contract in the module docstring).
+
+    ``tokenizer`` renders ``response_text``; without it the field holds ``None``.
+    """
+    if not trajectories:
+        raise ValueError("collate needs at least one trajectory")
+    if pad_token_id is None or pad_token_id < 0:
+        raise ValueError(f"pad_token_id must be a non-negative int, got {pad_token_id!r}")
+    b = len(trajectories)
+    p = max(len(t.prompt_ids) for t in trajectories)
+    r = max(1, max(len(t.response_ids) for t in trajectories))
+    prompts = torch.full((b, p), pad_token_id, dtype=torch.long)
+    responses = torch.full((b, r), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros((b, p), dtype=torch.long)
+    segments = torch.zeros((b, r), dtype=torch.int8)
+    log_probs = torch.zeros((b, r), dtype=torch.float32)
+    for i, t in enumerate(trajectories):
+        lp, lr = len(t.prompt_ids), len(t.response_ids)
+        prompts[i, p - lp :] = torch.tensor(t.prompt_ids, dtype=torch.long)
+        prompt_mask[i, p - lp :] = 1
+        if lr:
+            responses[i, :lr] = torch.tensor(t.response_ids, dtype=torch.long)
+            segments[i, :lr] = torch.tensor(t.segments, dtype=torch.int8)
+            log_probs[i, :lr] = torch.tensor(t.log_probs, dtype=torch.float32)
+    response_attn = (segments != Segment.PADDING).long()
+    attention_mask = torch.cat([prompt_mask, response_attn], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    tensors = {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "response_segments": segments,
+        "response_mask": (segments == Segment.MODEL).float(),
+        "rollout_log_probs": log_probs,
+    }
+    return Batch.from_dict(tensors, _meta(trajectories, tokenizer))
+
+
+def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[Any]]:
+    return {
+        "group_id": [t.group_id for t in trajectories],
+        "uid": [t.uid for t in trajectories],
+        "data_source": [t.prompt.data_source for t in trajectories],
+        "ground_truth": [t.prompt.ground_truth for t in trajectories],
+        "extra_info": [t.prompt.extra_info for t in trajectories],
+        "index": [t.prompt.index for t in trajectories],
+        "response_text": [
+            render_response(tokenizer, t.response_ids) if tokenizer is not None else None for t in trajectories
+        ],
+        "num_turns": [t.num_turns for t in trajectories],
+        "tool_calls": [dict(t.tool_calls) for t in trajectories],
+        "num_valid_actions": [t.num_valid_actions for t in trajectories],
+        "num_invalid_actions": [t.num_invalid_actions for t in trajectories],
+        "finished": [t.finished for t in trajectories],
+        "answer": [t.answer for t in trajectories],
+        "truncated": [t.truncation.any for t in trajectories],
+        "obs_truncations": [t.truncation.observations_cut for t in trajectories],
+        "obs_tokens_cut": [t.truncation.observation_tokens_cut for t in trajectories],
+        "context_truncated": [t.truncation.context for t in trajectories],
+        "response_truncated": [t.truncation.response_budget for t in trajectories],
+        "turn_budget_hits": [t.truncation.turn_budget_hits for t in trajectories],
+        "tool_failures": [t.tool_failures for t in trajectories],
+        "token_drift": [t.token_drift for t in trajectories],
+    }

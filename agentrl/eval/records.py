@@ -1,0 +1,99 @@
+"""Scoring one rolled-out trajectory into an evaluation record: the one scoring rule of evaluation.
+
+The trainer's validation, the quickstart and the evaluation CLI all turn trajectories into
+records here, so their numbers agree. The rule, stated once:
+
+* **EM / F1 / cover-EM** score the answer the rollout accepted (``Trajectory.answer``: the
+  body of the ``<answer>…</answer>`` one model turn wrote to end the trajectory), exactly
+  as the training reward does; no accepted answer scores 0.
+* The structure and retrieval metrics read the response rendered by
+  ``agentrl.agent.collate.render_response`` (the whole response, special tokens such as eos
+  left out), the text the reward reads.
+* ``retrieval_hit`` (gold in docs): a golden answer occurs on token boundaries in the
+  documents the question was given (rag prompts) or in what the tools returned (agent),
+  never in hints or notes; None when the question saw no documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentrl.agent.collate import render_response
+from agentrl.agent.trajectory import Segment, Trajectory
+from agentrl.rewards import answer_metrics, cover_exact_match, gold_in_documents
+
+__all__ = ["records_of", "trajectory_record"]
+
+
+def _model_text(tokenizer: Any, traj: Trajectory) -> str:
+    """What the model itself wrote (observation segments left out), without special tokens."""
+    ids = [t for t, seg in zip(traj.response_ids, traj.segments, strict=True) if seg == Segment.MODEL]
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def trajectory_record(
+    traj: Trajectory,
+    tokenizer: Any,
+    golds: Sequence[str],
+    *,
+    dataset: str,
+    question_id: str,
+    question: str = "",
+    documents: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The record of one question: prediction, match metrics, behaviour and the response."""
+    text = render_response(tokenizer, traj.response_ids)
+    golds = list(golds)
+    metrics = answer_metrics(text, traj.answer, golds)
+    if documents is not None:
+        hit: float | None = float(gold_in_documents([d["contents"] for d in documents], golds))
+    elif traj.tool_outputs:
+        hit = float(gold_in_documents([output for _, output in traj.tool_outputs], golds))
+    else:
+        hit = None
+    return {
+        "dataset": dataset,
+        "data_source": traj.prompt.data_source,
+        "id": question_id,
+        "question": question,
+        "golden_answers": golds,
+        "prediction": traj.answer,
+        "em": metrics["em"],
+        "f1": metrics["f1"],
+        "cover_em": metrics["cover_em"],
+        "answered": traj.answer is not None,
+        # Lenient diagnostic, not a Search-R1 metric: a gold answer anywhere in what the model
+        # wrote, tags or not. Shows what a model that ignores the answer format knows.
+        "text_cover_em": cover_exact_match(_model_text(tokenizer, traj), golds),
+        "retrieval_hit": hit,
+        "num_searches": traj.tool_calls.get("search", 0),
+        "tool_calls": dict(traj.tool_calls),
+        "num_turns": traj.num_turns,
+        "response_tokens": traj.num_model_tokens,
+        "observation_tokens": len(traj.response_ids) - traj.num_model_tokens,
+        "prompt_tokens": len(traj.prompt_ids),
+        "finished": traj.finished,
+        "truncated": traj.truncation.any,
+        "tool_failures": traj.tool_failures,
+        "retrieved_ids": [d["id"] for d in documents] if documents is not None else None,
+        "response": text,
+    }
+
+
+def records_of(trajectories: Sequence[Trajectory], tokenizer: Any) -> list[dict[str, Any]]:
+    """Records of trajectories rolled out from training rows (golds in ``ground_truth``),
+    grouped by their ``data_source``: the trainer's validation."""
+    from agentrl.rewards.scorers import golds_from_ground_truth
+
+    return [
+        trajectory_record(
+            t,
+            tokenizer,
+            golds_from_ground_truth(t.prompt.ground_truth),
+            dataset=t.prompt.data_source,
+            question_id=str(t.prompt.index),
+            question=str(t.prompt.extra_info.get("question", "")),
+        )
+        for t in trajectories
+    ]
