@@ -191,7 +191,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agentrl.agent.prompts import PromptBuilder, PromptTemplate
+    from agentrl.agent.prompts import encode_messages
+    from agentrl.agent.trajectory import PromptSpec
     from agentrl.models.tiny import DEFAULT_TEXTS, make_tiny_model_dir
 
     torch.manual_seed(args.seed)
@@ -209,8 +210,7 @@ def main() -> None:
             sft_format(model_dir, qa, args.sft_steps, args.seed)
             print(f"format SFT: {args.sft_steps} steps in {time.perf_counter() - t0:.1f} s")
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        builder = PromptBuilder(tokenizer, default=PromptTemplate(text="Question: {question}"))
-        specs = [builder.from_question(q, data_source="nq", ground_truth=a, index=i)
+        specs = [PromptSpec(encode_messages(tokenizer, [{"role": "user", "content": f"Question: {q}"}]), "nq", a, i)
                  for i, (q, a) in enumerate(qa[: args.prompts])]
         proc, url = start_retriever(tmp)
         try:

@@ -4,7 +4,7 @@ A trajectory's response is a sequence of *segments*: runs of tokens the policy s
 (``Segment.MODEL``) alternating with runs of tokens the environment inserted
 (``Segment.OBSERVATION``: retrieved documents, tool output, the invalid-action hint).
 Every response token carries its segment label, so the loss mask is a lookup
-(``segment == MODEL``) and never a guess from token values (DESIGN §2).
+(``segment == MODEL``) and never a guess from token values.
 """
 
 from __future__ import annotations

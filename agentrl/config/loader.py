@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -92,20 +93,24 @@ def _parse_override(text: str) -> tuple[str, str]:
     return key, value
 
 
-def load_config(preset: str | Path = "ppo", overrides: list[str] | None = None) -> ExperimentConfig:
-    """Schema defaults ← preset YAML ← overrides; then type checks and rule checks.
+def load_config(
+    preset: str | Path | Sequence[str | Path] = "ppo", overrides: list[str] | None = None
+) -> ExperimentConfig:
+    """Schema defaults ← preset YAML(s), in order ← overrides; then type checks and rule checks.
 
-    ``preset`` is a name from ``agentrl/config/`` (``ppo``, ``grpo``, ...) or a path to
-    a YAML file of the same shape.
+    A preset is a name from ``agentrl/config/`` (the algorithms ``ppo`` and ``grpo``, the
+    scale overlays ``scale_cpu`` and ``scale_gpu``) or a path to a YAML file of the same
+    shape; several are merged left to right (``["grpo", "scale_gpu"]``).
     """
     cfg = OmegaConf.structured(ExperimentConfig)
-    preset_path = Path(preset) if str(preset).endswith((".yaml", ".yml")) else PRESET_DIR / f"{preset}.yaml"
-    if not preset_path.is_file():
-        raise ConfigError(f"config preset '{preset}' not found; available: {available_presets()}")
-    try:
-        cfg = OmegaConf.merge(cfg, OmegaConf.load(preset_path))
-    except OmegaConfBaseException as error:
-        raise ConfigError(_explain(error, f"preset {preset_path.name}")) from None
+    for name in [preset] if isinstance(preset, (str, Path)) else list(preset):
+        preset_path = Path(name) if str(name).endswith((".yaml", ".yml")) else PRESET_DIR / f"{name}.yaml"
+        if not preset_path.is_file():
+            raise ConfigError(f"config preset '{name}' not found; available: {available_presets()}")
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.load(preset_path))
+        except OmegaConfBaseException as error:
+            raise ConfigError(_explain(error, f"preset {preset_path.name}")) from None
 
     problems = []
     for text in overrides or []:

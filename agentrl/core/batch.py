@@ -130,28 +130,8 @@ class Batch:
         bounds = np.linspace(0, len(self), parts + 1).round().astype(int)
         return [self.index(slice(int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
-    def repeat_interleave(self, repeats: int) -> Batch:
-        """Each sample repeated ``repeats`` times in place: [a, b] → [a, a, b, b]."""
-        return self.index(np.repeat(np.arange(len(self)), repeats))
-
     def shuffled(self, generator: torch.Generator) -> Batch:
         return self.index(torch.randperm(len(self), generator=generator))
-
-    def union(self, other: Batch) -> Batch:
-        """Fields of both; a field present in both must be identical."""
-        if len(other) != len(self):
-            raise ValueError(f"cannot union batches of size {len(self)} and {len(other)}")
-        tensors = self.tensors.clone(recurse=False)
-        for key in other.tensors.keys():  # noqa: SIM118 (iterating a TensorDict walks the batch)
-            if key in tensors and not torch.equal(tensors[key], other.tensors[key]):
-                raise ValueError(f"tensor field '{key}' differs between the batches")
-            tensors[key] = other.tensors[key]
-        meta = dict(self.meta)
-        for key, values in other.meta.items():
-            if key in meta and not np.array_equal(meta[key], values):
-                raise ValueError(f"meta field '{key}' differs between the batches")
-            meta[key] = values
-        return Batch(tensors, meta)
 
     def to(self, device: str | torch.device) -> Batch:
         return Batch(self.tensors.to(device), self.meta)

@@ -3,7 +3,7 @@
 An engine receives prompt token ids and returns the token ids it sampled, exactly as
 sampled, with the log-probability of each under the distribution it sampled from.
 Nothing is decoded and re-tokenized on the way: the rollout keeps these ids as the
-trajectory's model tokens (DESIGN §2, "token in, token out").
+trajectory's model tokens ("token in, token out").
 
 Log-prob convention (shared by every engine and by the trainer's recomputation, so
 that ``rollout/logprob_diff`` compares like with like)::

@@ -14,13 +14,14 @@ With top-k/top-p truncation vLLM's value is larger than ours by ``-log(kept mass
 ``GenerationResult.metrics["engine/logprobs_truncated"] = 1.0`` flags such results so
 the trainer's ``rollout/logprob_diff`` can be read accordingly.
 
-Weight sync: ``update_weights`` runs ``load_weights_into_model`` inside vLLM's worker
-via ``LLM.apply_model``. With the multiprocess engine core the function and the state
-dict are pickled to the worker, which needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``
-and a module-level (importable) function -- both are arranged here. On CPU the engine
-core runs in-process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): no pickling of
-weights, and no need for an ``if __name__ == "__main__":`` guard in callers. Scripts
-that opt into the multiprocess core must have that guard (the core is spawned).
+Weight sync: ``update_weights`` hands the HF-named tensors to the workers' own
+``reload_weights`` (``LLM.collective_rpc``), which maps them onto vLLM's fused layout and
+copies them into the existing storage, then drops the prefix cache (computed with the old
+weights). The whole state dict travels in one call; with the multiprocess engine core it
+is pickled to the worker, which needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (set here).
+On CPU the engine core runs in-process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
+nothing is pickled, and callers need no ``if __name__ == "__main__":`` guard. Scripts that
+opt into the multiprocess core must have that guard (the core is spawned).
 
 Sleep mode: on GPU, ``sleep()`` offloads weights and drops the KV cache (vLLM sleep
 level 1) so the trainer can use the memory; ``wake_up()`` restores them. On CPU vLLM has
@@ -104,7 +105,7 @@ class VLLMEngine(BatchingEngine):
         if in_process is None:
             in_process = not self.on_gpu
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0" if in_process else "1")
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model pickles fn + weights
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc pickles the weights
         if not self.on_gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default is sized for servers
 
@@ -132,10 +133,8 @@ class VLLMEngine(BatchingEngine):
         kwargs.update(llm_kwargs)
         with _modules_hidden_from_vllm_kernel_scan(("numba", "llvmlite")):
             self.llm = vllm.LLM(**kwargs)
-        tokenizer = self.llm.get_tokenizer()
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        self.model_eos_token_id = getattr(tokenizer, "eos_token_id", None)
         self.eos_token_ids: set[int] | None = set(eos_token_ids) if eos_token_ids is not None else None
         self._asleep = False
 

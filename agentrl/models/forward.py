@@ -1,6 +1,6 @@
 """Forward passes over a rollout batch: per-response-token log-probs, entropy and values.
 
-Batch layout (from ``agentrl.agent.generation.collate``): ``input_ids`` is the left-padded
+Batch layout (from ``agentrl.agent.collate.collate``): ``input_ids`` is the left-padded
 prompt (width P) followed by the right-padded response (width R). The logit that predicts
 response token j sits at column P − 1 + j, so every quantity here is read from columns
 [P − 1, P + R − 1) and comes back as ``(B, R)``. Values at padding positions are
@@ -19,9 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.core.batch import Batch
-from agentrl.core.losses import entropy_from_logits
-
-MODEL_INPUT_KEYS = ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")
+from agentrl.core.losses import entropy_from_logits, log_probs_from_logits
 
 
 @dataclass
@@ -83,7 +81,7 @@ def policy_forward(
     ).logits
     width = inputs.responses.shape[1]
     response_logits = logits[:, inputs.first_logit : inputs.first_logit + width].float() / temperature
-    log_probs = torch.log_softmax(response_logits, dim=-1).gather(-1, inputs.responses.unsqueeze(-1)).squeeze(-1)
+    log_probs = log_probs_from_logits(response_logits, inputs.responses)
     entropy = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):

@@ -101,22 +101,23 @@ def import_model(source: str | Path, out_dir: str | Path, dtype: torch.dtype = t
 
 
 def answer(model_dir: str | Path, question: str, max_new_tokens: int = 32) -> tuple[str, float, int]:
-    """Greedy answer to ``question`` through the HF engine: ``(text, seconds, tokens)``.
+    """Greedy answer to ``question``: ``(text, seconds, tokens)``.
 
-    A smoke test that the converted model, its tokenizer and chat template fit together.
+    A smoke test that the converted model, its tokenizer and chat template fit together
+    (plain ``generate``: the model layer does not depend on the engines built on it).
     """
-    from agentrl.engines.base import SamplingParams
-    from agentrl.engines.hf import HFEngine
-
-    engine = HFEngine.from_pretrained(model_dir, dtype=torch.float32)
-    prompt = engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True
-    )
-    prompt_ids = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                         tokenize=False)  # fmt: skip
+    prompt = torch.tensor([tokenizer.encode(text, add_special_tokens=False)])
     t0 = time.perf_counter()
-    result = engine.generate_batch_sync([prompt_ids], SamplingParams(max_new_tokens=max_new_tokens, greedy=True))[0]
+    with torch.no_grad():
+        output = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                                do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)  # fmt: skip
     elapsed = time.perf_counter() - t0
-    return engine.tokenizer.decode(result.token_ids, skip_special_tokens=True), elapsed, len(result.token_ids)
+    new_ids = output[0, prompt.shape[1] :].tolist()
+    return tokenizer.decode(new_ids, skip_special_tokens=True), elapsed, len(new_ids)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,7 +65,7 @@ def load_tokenizer(path: str | Path, padding_side: str = "left") -> Any:
     row's last prompt token sits in the same column and generation/response tokens
     follow it directly (the layout the rollout and the trainer use). If the tokenizer
     has no pad token, eos is used as pad -- harmless because masks in agentrl come from
-    segment labels, never from ``token == pad`` (DESIGN §2).
+    segment labels, never from ``token == pad``.
     """
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
@@ -147,14 +147,6 @@ def build_value_model(
     if head_file.is_file():
         model.value_head.load_state_dict(load_file(head_file))
     return model.to(device)
-
-
-def load_value_model(path: str | Path, dtype: torch.dtype | str = torch.float32, device: str = "cpu") -> ValueModel:
-    """Reload a critic saved by ``ValueModel.save_pretrained`` (its head must be there)."""
-    p = _resolve_dir(path, "load_value_model")
-    if not (p / VALUE_HEAD_FILE).is_file():
-        raise FileNotFoundError(f"load_value_model: {str(p)!r} has no {VALUE_HEAD_FILE}; use build_value_model")
-    return build_value_model(p, dtype=dtype, device=device)
 
 
 def model_config(path: str | Path) -> Any:

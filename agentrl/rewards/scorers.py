@@ -139,18 +139,6 @@ class FormatValues:
     no_answer: float = 0.0
     retrieval_bonus: float = 0.0
 
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> FormatValues:
-        known = set(cls.__dataclass_fields__)
-        for key, value in values.items():
-            if key not in known:
-                raise ValueError(f"unknown format reward key {key!r}; expected one of {sorted(known)}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(
-                    f"format reward {key!r} must be a number, got {type(value).__name__}: {value!r}"
-                )
-        return cls(**{k: float(v) for k, v in values.items()})
-
 
 def format_score(metrics: Mapping[str, float], value: float, values: FormatValues) -> float:
     """Combine a match value in [0, 1] with well-formedness according to ``values``.

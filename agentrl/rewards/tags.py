@@ -18,7 +18,6 @@ __all__ = [
     "parse_response",
 ]
 
-TAG_NAMES = ("think", "search", "information", "answer")
 _TAG = re.compile(r"<(/?)(think|search|information|answer)>")
 _INFORMATION = re.compile(r"<information>.*?(?:</information>|\Z)", re.DOTALL)
 # an <answer> whose body holds no further <answer> opening, so the innermost/last one wins

@@ -1,4 +1,4 @@
-"""Train a search agent: ``python -m agentrl.trainer.main [--preset ppo|grpo|FILE.yaml] key=value ...``
+"""Train a search agent: ``python -m agentrl.trainer.main [--preset ppo|grpo|FILE.yaml ...] key=value ...``
 
 The config is loaded and checked in full (unknown keys, wrong types, missing files) before
 Ray starts or a model loads; a bad key costs a second, not a cluster start-up.
@@ -17,7 +17,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m agentrl.trainer.main",
         description="PPO/GRPO training of a search agent. Overrides are dotted keys: actor.optim.lr=1e-6",
     )
-    parser.add_argument("--preset", default="ppo", help=f"config preset ({', '.join(available_presets())}) or a YAML file")
+    parser.add_argument(
+        "--preset",
+        action="append",
+        help=f"config preset ({', '.join(available_presets())}) or a YAML file; repeat to merge in order "
+        "(e.g. --preset grpo --preset scale_gpu); default: ppo",
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("overrides", nargs="*", help="key=value overrides")
     return parser.parse_args(argv)
@@ -26,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = load_config(args.preset, args.overrides)
+        config = load_config(args.preset or ['ppo'], args.overrides)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ rejection-sampling fine-tuning is ``--min-reward 1`` over the trainer's own
 
 Cold-start data from scripted turns: ``record_scripted_trajectories`` plays fixed
 model turns (e.g. the synthetic world's oracle solutions) through the real
-``LLMGenerationManager`` with the real tools, via ``ScriptedTurnEngine``. The manager
+``LLMGenerationManager`` with the real tools, via ``agentrl.engines.scripted.ScriptedTurnEngine``. The manager
 parses each turn's action, calls the retriever and tokenizes the observation exactly as
 it will at RL time, so the warm start sees the observations (format, truncation, final-turn
 note) the policy will see, and no second observation formatter exists.
@@ -25,7 +25,6 @@ CLI::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sys
@@ -40,12 +39,12 @@ from tqdm import tqdm
 
 from agentrl.agent.collate import collate
 from agentrl.agent.generation import LLMGenerationManager
-from agentrl.agent.observations import encode_text
 from agentrl.agent.tools.base import Tool
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 from agentrl.config.schema import OptimConfig, RolloutConfig
 from agentrl.core.batch import Batch
-from agentrl.engines.base import GenerationResult, SamplingParams
+from agentrl.engines.base import SamplingParams
+from agentrl.engines.scripted import ScriptedTurnEngine
 from agentrl.models.forward import policy_forward
 from agentrl.models.loading import load_causal_lm, load_tokenizer
 from agentrl.models.optim import build_optimizer
@@ -56,7 +55,6 @@ __all__ = [
     "SFTConfig",
     "SFTExample",
     "SFTTrainer",
-    "ScriptedTurnEngine",
     "load_sft_examples",
     "record_scripted_trajectories",
 ]
@@ -85,10 +83,6 @@ class SFTExample:
             raise ValueError(f"SFTExample.segments may only hold MODEL (1) and OBSERVATION (2), found {bad}")
         if Segment.MODEL not in self.segments:
             raise ValueError("SFTExample has no MODEL tokens: nothing to train on")
-
-    @classmethod
-    def from_trajectory(cls, traj: Trajectory) -> SFTExample:
-        return cls(list(traj.prompt_ids), list(traj.response_ids), list(traj.segments))
 
     def to_trajectory(self) -> Trajectory:
         """As a ``Trajectory``, so ``collate`` builds the very batch layout PPO trains on."""
@@ -143,64 +137,6 @@ def load_sft_examples(path: str | Path, min_reward: float | None = None) -> list
 
 
 # --- cold-start data from scripted turns ----------------------------------------------------
-
-
-class ScriptedTurnEngine:
-    """An ``Engine`` that "samples" fixed turns: the k-th request for a prompt returns turn k.
-
-    Each script is the list of model-turn texts of one prompt; a turn is tokenized on its
-    own (the model writes it as one unit; observations are tokenized by the manager).
-    Prompts must be distinct, since a request is matched to its script by its prompt
-    prefix. A turn longer than the request's ``max_new_tokens`` is cut and reported as
-    ``finish_reason="length"``, as a real engine would; a request past the end of its script
-    gets eos. Log-probs are 0 (not sampled).
-    """
-
-    def __init__(self, tokenizer: Any, scripts: Mapping[tuple[int, ...], Sequence[str]]) -> None:
-        if tokenizer.eos_token_id is None:
-            raise ValueError("ScriptedTurnEngine needs a tokenizer with an eos token")
-        self._eos = int(tokenizer.eos_token_id)
-        self._turns = {key: [encode_text(tokenizer, t) for t in turns] for key, turns in scripts.items()}
-        self._lengths = sorted({len(k) for k in self._turns}, reverse=True)
-        self._served: dict[tuple[int, ...], int] = dict.fromkeys(self._turns, 0)
-
-    def _script_of(self, ids: list[int]) -> tuple[int, ...]:
-        for length in self._lengths:
-            key = tuple(ids[:length])
-            if key in self._turns:
-                return key
-        raise KeyError("ScriptedTurnEngine: a request matches no scripted prompt")
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
-        key = self._script_of(prompt_ids)
-        k = self._served[key]
-        self._served[key] = k + 1
-        if k >= len(self._turns[key]):
-            # The rollout left the script (an earlier turn was cut, so it was no action):
-            # end the turn at eos; the trajectory is reported incomplete.
-            return GenerationResult([self._eos], [0.0], "eos")
-        ids = self._turns[key][k]
-        if len(ids) > params.max_new_tokens:
-            ids = ids[: params.max_new_tokens]
-            return GenerationResult(ids, [0.0] * len(ids), "length")
-        return GenerationResult(list(ids), [0.0] * len(ids), "stop")
-
-    async def generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
-    ) -> list[GenerationResult]:
-        return list(await asyncio.gather(*(self.generate(p, params) for p in prompts)))  # seeds: nothing is sampled
-
-    def update_weights(self, state_dict: dict) -> None:  # nothing to update: the turns are fixed
-        pass
-
-    def sleep(self) -> None:
-        pass
-
-    def wake_up(self) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
 
 
 def record_scripted_trajectories(

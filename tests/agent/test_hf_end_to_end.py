@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from support.prompts import question_prompt
 from support.scripted_engine import RecordingEngine, assert_rollout_invariants
 
 from agentrl.agent import LLMGenerationManager, Segment, rollout_metrics
-from agentrl.agent.prompts import PromptBuilder
 from agentrl.agent.tools.calculator import CalculatorTool
 from agentrl.agent.tools.search import SearchTool
 from agentrl.config.schema import RolloutConfig
@@ -32,8 +32,7 @@ def test_tiny_model_rollout_invariants(hf_engine, tokenizer, retriever_url, sche
                            check_token_drift=True)
     manager = LLMGenerationManager(engine, tokenizer, config, tools=[SearchTool(retriever_url), CalculatorTool()],
                                    max_prompt_length=512, max_response_length=160)
-    builder = PromptBuilder(tokenizer)
-    specs = [builder.from_question(q, data_source="nq", index=i)
+    specs = [question_prompt(tokenizer, q, index=i)
              for i, q in enumerate(["What is the capital of France?", "Who wrote Pride and Prejudice?"])]
     trajs = manager.run(specs, SamplingParams(max_new_tokens=24, temperature=1.0, seed=7), n=2).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)

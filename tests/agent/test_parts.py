@@ -123,26 +123,15 @@ def test_registry_errors_name_the_problem():
         build_tool(ToolConfig("collections.OrderedDict"))
 
 
-def test_prompt_builder_uses_chat_template_and_rows(tokenizer):
-    from agentrl.agent.prompts import PromptBuilder, PromptTemplate
+def test_messages_are_encoded_through_the_chat_template_or_as_plain_text(tokenizer):
+    from agentrl.agent.prompts import encode_messages
     from agentrl.data.qa import make_prompt
 
-    builder = PromptBuilder(tokenizer, templates={"raw": PromptTemplate("Q: {question}\n", chat=False)})
-    spec = builder.from_question("What is the capital of France?", data_source="nq", ground_truth="Paris", index=3)
-    text = tokenizer.decode(spec.prompt_ids, skip_special_tokens=False)
+    messages = [{"role": "user", "content": make_prompt("What is the capital of France?")}]
+    text = tokenizer.decode(encode_messages(tokenizer, messages), skip_special_tokens=False)
     assert text.startswith("<|im_start|>user\nAnswer the question below.") and text.endswith("<|im_start|>assistant\n")
-    assert "Question: What is the capital of France?" in text and spec.ground_truth == "Paris"
-
-    raw = builder.from_question("Why?", data_source="raw")
-    assert tokenizer.decode(raw.prompt_ids, skip_special_tokens=False) == "Q: Why?\n"
-
-    row = {"data_source": "hotpotqa", "prompt": [{"role": "user", "content": make_prompt("who is x")}],
-           "reward_model": {"style": "rule", "ground_truth": {"target": ["y"]}},
-           "extra_info": {"split": "train", "index": 7}}
-    from_row = builder.from_row(row)
-    assert from_row.ground_truth == {"target": ["y"]} and from_row.index == 7 and from_row.data_source == "hotpotqa"
-    assert tokenizer.decode(from_row.prompt_ids, skip_special_tokens=False).endswith("<|im_start|>assistant\n")
-    with pytest.raises(KeyError, match="no 'prompt' field"):
-        builder.from_row({"data_source": "nq"})
-    with pytest.raises(ValueError, match="placeholder"):
-        PromptTemplate("no placeholder")
+    assert "Question: What is the capital of France?" in text
+    raw = encode_messages(tokenizer, [{"role": "user", "content": "Q: Why?"}], chat=False)
+    assert tokenizer.decode(raw, skip_special_tokens=True) == "Q: Why?"
+    with pytest.raises(ValueError, match="non-empty list"):
+        encode_messages(tokenizer, [])

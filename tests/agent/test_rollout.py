@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from support.prompts import question_prompt
 from support.scripted_engine import (
     ScriptedEngine,
     SeedRecordingEngine,
@@ -20,7 +21,6 @@ from support.scripted_engine import (
 from agentrl.agent import LLMGenerationManager, PromptSpec, Segment, collate, rollout_metrics
 from agentrl.agent.dump import dump_trajectories
 from agentrl.agent.observations import FINAL_TURN_NOTE, INVALID_ACTION_HINT
-from agentrl.agent.prompts import PromptBuilder
 from agentrl.agent.tools.base import ToolResult
 from agentrl.agent.tools.calculator import CalculatorTool
 from agentrl.agent.tools.search import SearchTool
@@ -58,9 +58,7 @@ def make_manager(engine, tokenizer, tools, *, schedule="concurrent", max_turns=2
 
 
 def prompts(tokenizer, questions=QUESTIONS, data_source="nq"):
-    builder = PromptBuilder(tokenizer)
-    return [builder.from_question(q, data_source=data_source, ground_truth={"target": ["x"]}, index=i)
-            for i, q in enumerate(questions)]
+    return [question_prompt(tokenizer, q, data_source, {"target": ["x"]}, i) for i, q in enumerate(questions)]
 
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])

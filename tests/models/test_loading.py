@@ -11,7 +11,6 @@ from agentrl.models.loading import (
     build_value_model,
     load_causal_lm,
     load_tokenizer,
-    load_value_model,
 )
 from agentrl.models.tiny import make_tiny_model_dir
 
@@ -38,8 +37,6 @@ def test_missing_or_bad_paths_name_the_problem(tmp_path: Path, nano_dir: Path):
         build_value_model(tmp_path)
     with pytest.raises(ValueError, match="dtype"):
         load_causal_lm(nano_dir, dtype="float99")
-    with pytest.raises(FileNotFoundError, match="value_head"):
-        load_value_model(nano_dir)
 
 
 def test_value_model_shapes_init_and_gradient(nano_dir: Path):
@@ -73,6 +70,6 @@ def test_value_model_save_load_round_trip(tmp_path: Path, nano_dir: Path):
     critic = build_value_model(nano_dir, head_init_std=0.1)
     ids = torch.randint(10, 300, (2, 5))
     critic.save_pretrained(tmp_path / "critic")
-    again = load_value_model(tmp_path / "critic")
+    again = build_value_model(tmp_path / "critic")
     with torch.no_grad():
         assert torch.equal(critic(ids), again(ids))

@@ -217,10 +217,3 @@ def test_settings_from_attribute_object() -> None:
     assert scores == [pytest.approx(0.3)]
 
 
-def test_format_values_from_mapping() -> None:
-    values = FormatValues.from_mapping({"wrong_well_formed": 0.25, "no_answer": -1})
-    assert values.wrong_well_formed == 0.25 and values.no_answer == -1.0 and values.correct_well_formed == 1.0
-    with pytest.raises(ValueError, match="unknown format reward key 'wrong_wellformed'"):
-        FormatValues.from_mapping({"wrong_wellformed": 0.25})
-    with pytest.raises(TypeError, match="format reward 'no_answer' must be a number"):
-        FormatValues.from_mapping({"no_answer": "low"})

@@ -1,10 +1,11 @@
 """Engines for rollout tests, and the invariants every rollout must satisfy.
 
-``ScriptedEngine`` implements the ``Engine`` protocol and returns real token ids of the
-real tokenizer, chosen by a policy function of the decoded context. It is an injected
-policy (a random tiny model rarely writes ``<search>``), not a stand-in for the code
-under test: it honours ``max_new_tokens`` and ``stop`` the way an engine must, and it
-records every call so tests can check that the manager kept exactly the sampled ids.
+``ScriptedEngine`` is the project's ``agentrl.engines.scripted.ScriptedEngine`` (a real
+``BatchingEngine``) with a policy function of the decoded context as its plan: real token
+ids of the real tokenizer. It is an injected policy (a random tiny model rarely writes
+``<search>``), not a stand-in for the code under test: it honours ``max_new_tokens`` and
+``stop`` as every engine does, and it records every call so tests can check that the
+manager kept exactly the sampled ids.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from agentrl.agent import Segment, collate
 from agentrl.core.batch import Batch
 from agentrl.engines.base import Engine, GenerationResult, SamplingParams
-from agentrl.engines.batching import BatchingEngine
+from agentrl.engines.scripted import ScriptedEngine as BaseScriptedEngine
 
 ASSISTANT_START = "<|im_start|>assistant\n"
 
@@ -42,75 +43,53 @@ class EngineCall:
     batched: bool
 
 
-class ScriptedEngine:
-    """Engine whose policy is ``policy(decoded_context) -> turn text`` (see module doc)."""
+class ScriptedEngine(BaseScriptedEngine):
+    """The project's scripted engine with ``policy(decoded_context) -> turn text`` as its plan
+    (plus eos), recognisable log-probs, an optional delay, and a record of every call."""
 
     def __init__(self, tokenizer, policy: Callable[[str], str], delay_s: float = 0.0) -> None:
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer)
         self.policy = policy
         self.delay_s = delay_s
         self.calls: list[EngineCall] = []
 
-    def _one(self, prompt_ids: list[int], params: SamplingParams, batched: bool) -> GenerationResult:
-        tok = self.tokenizer
-        context = tok.decode(prompt_ids, skip_special_tokens=False)
-        planned = tok.encode(self.policy(context), add_special_tokens=False) + [tok.eos_token_id]
-        out: list[int] = []
-        finish, stop_string = "length", None
-        for token in planned:
-            out.append(token)
-            if token == tok.eos_token_id:
-                finish = "eos"
-                break
-            text = tok.decode(out, skip_special_tokens=False)
-            stop_string = next((s for s in params.stop if s in text), None)
-            if stop_string is not None:
-                finish = "stop"
-                break
-            if len(out) >= params.max_new_tokens:
-                break
-        result = GenerationResult(out, [fake_log_prob(t) for t in out], finish, stop_string)
-        self.calls.append(EngineCall(list(prompt_ids), params, result, batched))
-        return result
+    def plan(self, prompt_ids: list[int]) -> list[int]:
+        context = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        return self.tokenizer.encode(self.policy(context), add_special_tokens=False) + [self.eos_token_id]
+
+    def log_prob_of(self, token_id: int) -> float:
+        return fake_log_prob(token_id)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        return self._one(prompt_ids, params, batched=False)
+        result = await super().generate(prompt_ids, params)
+        self.calls.append(EngineCall(list(prompt_ids), params, result, batched=False))
+        return result
 
     async def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
     ) -> list[GenerationResult]:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        results = await super().generate_batch(prompts, params, seeds)
         row_params = [params] * len(prompts) if seeds is None else [replace(params, seed=s) for s in seeds]
-        return [self._one(p, rp, batched=True) for p, rp in zip(prompts, row_params, strict=True)]
-
-    def update_weights(self, state_dict: dict) -> None:  # pragma: no cover - protocol filler
-        pass
-
-    def sleep(self) -> None:  # pragma: no cover
-        pass
-
-    def wake_up(self) -> None:  # pragma: no cover
-        pass
-
-    def shutdown(self) -> None:  # pragma: no cover
-        pass
+        self.calls.extend(
+            EngineCall(list(p), rp, r, batched=True) for p, rp, r in zip(prompts, row_params, results, strict=True)
+        )
+        return results
 
 
-class SeedRecordingEngine(BatchingEngine):
-    """A real ``BatchingEngine`` (coalescing, row seeding) whose rows play ``policy``'s turns and
-    record the seed each row was generated with: the random streams a sampling engine would use."""
+class SeedRecordingEngine(ScriptedEngine):
+    """Records the seed each row was generated with: the random streams a sampling engine would use."""
 
-    def __init__(self, tokenizer, policy: Callable[[str], str], max_batch_size: int = 64) -> None:
-        super().__init__(max_batch_size)
-        self.script = ScriptedEngine(tokenizer, policy)
+    def __init__(self, tokenizer, policy: Callable[[str], str]) -> None:
+        super().__init__(tokenizer, policy)
         self.seeds: list[int] = []
 
     def _generate_rows(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]):
         self.seeds.extend(seeds)
-        return [self.script._one(p, params, batched=True) for p in prompts]
+        return super()._generate_rows(prompts, params, seeds)
 
 
 class RecordingEngine:
