@@ -86,3 +86,35 @@ def test_yaml_file_preset_with_unknown_key_is_rejected(tmp_path, model_dir):
     bad.write_text("actor:\n  optim:\n    learning_rate: 1.0\n")
     with pytest.raises(ConfigError, match=r"unknown config key 'actor\.optim\.learning_rate'"):
         load_config(bad, [f"actor.model_path={model_dir}"])
+
+
+def test_a_renamed_key_names_its_new_place(model_dir):
+    with pytest.raises(ConfigError, match=r"'critic.ppo_epochs' \(it is now 'critic.update.epochs'\)"):
+        load_config("ppo", [f"actor.model_path={model_dir}", "critic.ppo_epochs=2"])
+
+
+def test_each_role_has_its_own_update_schedule(model_dir):
+    cfg = load_config("ppo", [f"actor.model_path={model_dir}", "critic.update.shuffle=false",
+                              "critic.update.use_dynamic_bsz=true", "reward.micro_batch_size=2"])  # fmt: skip
+    assert cfg.critic.update.shuffle is False and cfg.actor.update.shuffle is True
+    assert cfg.critic.update.use_dynamic_bsz and not cfg.actor.update.use_dynamic_bsz
+    assert cfg.reward.micro_batch_size == 2
+
+
+def test_scale_overlays_merge_after_the_algorithm_preset(model_dir):
+    gpu = load_config(["grpo", "scale_gpu"], [f"actor.model_path={model_dir}"])
+    assert gpu.algorithm.adv_estimator == "grpo" and gpu.actor.rollout.n == 5  # from grpo
+    assert gpu.data.train_batch_size == 512 and gpu.actor.update.mini_batch_size == 256  # from scale_gpu
+    assert gpu.actor.rollout.engine == "vllm" and gpu.trainer.device == "cuda"
+    cpu = load_config(["ppo", "scale_cpu"], [f"actor.model_path={model_dir}", "data.train_batch_size=4"])
+    assert cpu.data.max_response_length == 384 and cpu.data.train_batch_size == 4  # overrides win
+
+
+def test_choice_errors_list_the_owners_choices(model_dir):
+    from agentrl.agent.schedules import SCHEDULES
+    from agentrl.models.optim import LR_SCHEDULES
+
+    with pytest.raises(ConfigError) as error:
+        load_config("ppo", [f"actor.model_path={model_dir}", "actor.rollout.schedule=eager",
+                            "critic.optim.lr_schedule=step"])  # fmt: skip
+    assert str(list(SCHEDULES)) in str(error.value) and str(list(LR_SCHEDULES)) in str(error.value)

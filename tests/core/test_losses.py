@@ -169,3 +169,21 @@ def test_entropy_and_log_probs_from_logits():
     torch.testing.assert_close(
         entropy_from_logits(logits), torch.distributions.Categorical(logits=logits).entropy()
     )
+
+
+def test_kl_in_the_reward_is_subtracted_on_model_tokens_only_and_the_score_sits_on_the_last_model_token():
+    from agentrl.core.advantages import place_score_on_last_token
+    from agentrl.core.losses import kl_in_reward
+
+    # row 0: model, model, observation, observation, model, padding; row 1: model, padding...
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    log_prob = torch.tensor([[-1.0, -2.0, -9.0, -9.0, -0.5, -9.0], [-0.2, -9.0, -9.0, -9.0, -9.0, -9.0]])
+    ref = torch.tensor([[-1.5, -1.0, -1.0, -1.0, -0.5, -1.0], [-0.1, -1.0, -1.0, -1.0, -1.0, -1.0]])
+    scores = place_score_on_last_token(torch.tensor([1.0, 0.0]), mask)
+    assert scores.tolist() == [[0, 0, 0, 0, 1.0, 0], [0, 0, 0, 0, 0, 0]]
+    rewards, kl = kl_in_reward(scores, log_prob, ref, mask, coef=0.1, kind="k1")
+    expected_kl = torch.where(mask.bool(), log_prob - ref, torch.zeros_like(log_prob))
+    torch.testing.assert_close(kl, expected_kl)
+    torch.testing.assert_close(rewards, scores - 0.1 * expected_kl)
+    assert torch.all(rewards[mask == 0] == scores[mask == 0]), "observations and padding carry no KL"
+    assert rewards[0, 4].item() == pytest.approx(1.0 - 0.1 * 0.0) and rewards[0, 0].item() == pytest.approx(-0.05)

@@ -34,6 +34,7 @@ def token_batch(model_tokens: list[int], width: int = 8, seed: int = 0) -> Batch
             "x": torch.randn(rows, width, FEATURES, generator=generator),
             "target": torch.randn(rows, width, generator=generator),
             "response_mask": mask,
+            "attention_mask": mask.long(),  # what dynamic micro-batching measures rows by
         }
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from agentrl.agent.collate import collate
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 from agentrl.config import load_config
 from agentrl.core.batch import Batch
+from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.models.forward import policy_forward
 from agentrl.workers.actor import ActorWorker
 from agentrl.workers.base import RunContext
@@ -63,3 +66,25 @@ def test_without_an_entropy_bonus_no_vocabulary_sized_softmax_is_kept_for_backwa
     assert actor_loss - log_probs_only < one_logits_tensor, (actor_loss, log_probs_only, one_logits_tensor)
     loss, metrics = actor._actor_loss(batch)
     assert metrics["entropy"] > 0 and torch.isfinite(loss)  # the entropy is still reported
+
+
+def test_the_actor_loss_adds_the_entropy_bonus_and_the_kl_loss_with_their_coefficients(actor):
+    batch = rollout_batch(actor.model.config.vocab_size, actor.tokenizer.pad_token_id, seed=1)
+    batch["ref_log_probs"] = torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(2)) - 3
+    mask = batch["response_mask"]
+    log_probs, entropy = policy_forward(actor.model, batch, actor.temperature, with_entropy=True)
+    pg_loss, _ = policy_loss(log_probs, batch["old_log_probs"], batch["advantages"], mask)
+    entropy_term = agg_loss(entropy, mask, "token-mean")
+    kl_term = agg_loss(kl_penalty(log_probs, batch["ref_log_probs"], "low_var_kl"), mask, "token-mean")
+    original = actor.actor
+    try:
+        for entropy_coeff, kl_coef in ((0.0, 0.0), (0.3, 0.0), (0.0, 0.7), (0.3, 0.7)):
+            actor.actor = replace(original, entropy_coeff=entropy_coeff, use_kl_loss=kl_coef > 0, kl_loss_coef=kl_coef,
+                                  kl_loss_type="low_var_kl")  # fmt: skip
+            loss, metrics = actor._actor_loss(batch)
+            expected = pg_loss - entropy_coeff * entropy_term + kl_coef * kl_term
+            assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6), (entropy_coeff, kl_coef)
+            assert ("kl_loss" in metrics) == (kl_coef > 0)
+    finally:
+        actor.actor = original
+    assert kl_term.item() > 0.01 and entropy_term.item() > 0.01, "both terms must be large enough to show"
