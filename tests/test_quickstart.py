@@ -1,21 +1,37 @@
-"""The quickstart's short profile end to end: same code path as ``make quickstart``, tiny sizes.
+"""The quickstart: its profiles (YAML data), its pieces, and the short profile end to end.
 
-It asserts that every phase ran and the report carries finite numbers; whether PPO
-*improves* EM is checked by running the full quickstart (docs/quickstart.md), not here.
+The end-to-end test runs the same code path as ``make quickstart`` at tiny sizes and asserts
+that every phase ran and the report carries finite numbers; whether PPO *improves* EM is
+checked by running the full quickstart (docs/quickstart.md), not here.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 from urllib.parse import urlparse
 
 import pytest
 import ray
 
+from agentrl.config.schema import ExperimentConfig, ToolConfig
 from agentrl.data.world import generate_world
-from agentrl.quickstart import PHASES, SHORT, demonstration_rounds, main, pick_sft_questions, run_quickstart
+from agentrl.quickstart import (
+    FULL,
+    PHASES,
+    SHORT,
+    ProfileError,
+    demonstration_rounds,
+    eval_settings,
+    load_profile,
+    main,
+    pick_sft_questions,
+    run_quickstart,
+    summarize,
+)
+from agentrl.quickstart.profiles import PROFILE_DIR
 
 
 @pytest.fixture(autouse=True)
@@ -48,11 +64,13 @@ def test_demonstration_rounds_mix_oracles_with_wrong_shortcuts():
     assert demonstration_rounds(questions, shortcuts_per_demo=0.0, seed=0) == [oracle]
 
 
+@pytest.mark.slow
 def test_short_quickstart_writes_a_complete_report(tmp_path):
     out = tmp_path / "qs"
     result = run_quickstart(out, SHORT, seed=0)
 
     assert list(result.seconds) == list(PHASES), "every phase must run, in order"
+    assert "report" not in PHASES, "the report is written once, after the timed phases"
     assert all(s >= 0 for s in result.seconds.values())
     assert result.sft_examples > 0 and all(math.isfinite(x) for x in result.sft_loss)
     assert 0 < result.sft_shortcut_examples < result.sft_examples
@@ -101,3 +119,74 @@ def test_bad_override_fails_by_name_before_training(tmp_path, capsys):
     assert code == 2
     assert "actor.optim.lrr" in capsys.readouterr().err
     assert not (tmp_path / "qs" / "sft_model").exists()
+
+
+# --- profiles as data -------------------------------------------------------------------------
+
+
+def test_the_packaged_profiles_are_the_yaml_files_with_the_shared_ppo_overrides():
+    assert load_profile(PROFILE_DIR / "full.yaml") == FULL
+    assert load_profile(PROFILE_DIR / "short.yaml") == SHORT
+    for profile in (FULL, SHORT):
+        assert profile.ppo["actor.rollout.schedule"] == "lockstep", "from ppo_common.yaml"
+        assert isinstance(profile.sft_lr, float) and all(isinstance(h, int) for h in profile.sft_questions)
+    assert SHORT.ppo["data.max_response_length"] == 200 and FULL.ppo["data.max_response_length"] == 320
+    assert FULL.eval_limit is None and FULL.ppo["actor.optim.lr"] == 2e-4
+
+
+def _profile_file(tmp_path, **changes):
+    text = (PROFILE_DIR / "short.yaml").read_text()
+    (tmp_path / "ppo_common.yaml").write_text((PROFILE_DIR / "ppo_common.yaml").read_text())
+    for key, value in changes.items():
+        line = re.compile(rf"^{key}:.*$", re.M)
+        text = line.sub(f"{key}: {value}", text) if line.search(text) else text + f"{key}: {value}\n"
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_profile_with_an_unknown_key_fails_naming_the_file_and_the_key(tmp_path):
+    path = _profile_file(tmp_path, sft_lrr="1.0e-3")
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    assert str(path) in str(error.value) and "'sft_lrr'" in str(error.value)
+
+
+def test_a_profile_value_of_the_wrong_type_fails_naming_the_file_and_the_key(tmp_path):
+    path = _profile_file(tmp_path, sft_lr="1e-3")  # YAML reads 1e-3 (no dot) as a string
+    with pytest.raises(ProfileError, match=r"'sft_lr'.*expected float.*3\.0e-3") as error:
+        load_profile(path)
+    assert str(path) in str(error.value)
+    with pytest.raises(ProfileError, match="'eval_limit'"):
+        load_profile(_profile_file(tmp_path, eval_limit="all"))
+
+
+# --- the evaluation: agentrl.eval's records, summarised per hop ------------------------------
+
+
+def test_the_evaluation_summary_groups_records_per_hop():
+    def record(hop, em, searches, finished=True):
+        source = f"synthetic_world_{hop}hop"
+        return {"data_source": source, "em": em, "num_searches": searches, "finished": finished}
+
+    records = [record(1, 1.0, 1), record(1, 0.0, 0), record(2, 1.0, 2, finished=False)]
+    summary = summarize(records)
+    assert list(summary) == ["all", "hop1", "hop2"]
+    assert summary["all"] == {"em": 2 / 3, "searches": 1.0, "finished": 2 / 3, "n": 3.0}
+    assert summary["hop1"] == {"em": 0.5, "searches": 0.5, "finished": 1.0, "n": 2.0}
+    assert summary["hop2"] == {"em": 1.0, "searches": 2.0, "finished": 0.0, "n": 1.0}
+
+
+def test_the_evaluation_settings_are_the_ppo_configs_rollout_greedy():
+    config = ExperimentConfig()
+    rollout = config.actor.rollout
+    rollout.max_turns, rollout.max_tokens_per_turn, rollout.max_obs_length = 3, 40, 72
+    rollout.schedule = "lockstep"
+    search = {"url": "http://h:1/retrieve", "topk": 1}
+    rollout.tools = [ToolConfig("agentrl.agent.tools.search.SearchTool", search)]
+    config.data.max_prompt_length, config.data.max_response_length, config.data.val_batch_size = 192, 320, 96
+    settings = eval_settings(config, seed=3)
+    assert settings.greedy and settings.topk == 1 and settings.batch_size == 96
+    assert (settings.max_turns, settings.max_tokens_per_turn, settings.max_obs_length, settings.schedule) == (
+        3, 40, 72, "lockstep")  # fmt: skip
+    assert (settings.max_prompt_length, settings.max_response_length) == (192, 320)

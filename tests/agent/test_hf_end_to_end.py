@@ -12,7 +12,7 @@ from agentrl.agent.tools.search import SearchTool
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import SamplingParams
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

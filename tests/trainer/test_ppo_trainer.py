@@ -28,6 +28,7 @@ REQUIRED_METRICS = [
 ]  # fmt: skip
 CRITIC_METRICS = ["critic/vf_loss", "critic/vf_clipfrac", "critic/values/mean", "timing_s/values", "timing_s/update_critic"]
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # real Ray clusters, a retriever server and training steps
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -14,6 +14,8 @@ from agentrl.core.losses import LOSS_AGG_MODES
 from agentrl.workers.group import mini_batch_shards
 from tests.support.data_parallel import run_ranks, run_single, token_batch
 
+pytestmark = pytest.mark.slow  # spawns real gloo ranks (a few seconds each)
+
 UNEVEN = [1, 1, 6, 6]  # rank 0 gets rows 0-1 (2 model tokens), rank 1 rows 2-3 (12)
 
 

@@ -1,0 +1,56 @@
+"""The quickstart's command line: arguments, SIGTERM handling and exit codes (0 ok, 1 non-finite numbers, 2 config error)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+from typing import Any
+
+from agentrl.quickstart.pipeline import run_quickstart
+from agentrl.quickstart.profiles import FULL, SHORT
+
+__all__ = ["main", "parse_args"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    import agentrl.quickstart as package
+
+    parser = argparse.ArgumentParser(prog="python -m agentrl.quickstart", description=package.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--out", default="runs/quickstart", help="output folder (report.md lands here)")
+    parser.add_argument(
+        "--short", action="store_true", help="tiny world, a few steps: the same code path in ~2 min"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preset", default="ppo", help="PPO config preset (ppo | grpo | a YAML file)")
+    parser.add_argument("overrides", nargs="*", help="PPO config overrides, key=value")
+    return parser.parse_args(argv)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the quickstart; 0 when every evaluation number is finite, 1 otherwise, 2 on a config error."""
+    args = parse_args(argv)
+    from agentrl.config.loader import ConfigError
+
+    # A SIGTERM (e.g. from a job runner) unwinds like Ctrl-C, so the finally blocks stop the
+    # retriever. Once Ray is up its own SIGTERM handler ends the process instead; the Ray
+    # workers go with their driver and the retriever with its parent (PDEATHSIG).
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+    try:
+        result = run_quickstart(
+            args.out, SHORT if args.short else FULL, args.seed, args.overrides, args.preset
+        )
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    finite = all(
+        math.isfinite(v) for r in (result.before, result.after) for h in r.values() for v in h.values()
+    )
+    return 0 if finite else 1

@@ -1,0 +1,274 @@
+"""The quickstart's pipeline: ``run_quickstart``, one phase after the other, each timed by a ``PhaseClock``.
+
+Each phase is a function of what earlier phases returned and returns its own values;
+``run_quickstart`` is the list of phases (``PHASES``, in that order), followed by the
+report, written once at the end. The retriever is stopped and Ray shut down whatever
+happens.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentrl.data.qa import read_question_records, write_rows
+from agentrl.data.world import World, generate_world, write_world
+from agentrl.quickstart.demonstrations import (
+    Demonstrations,
+    hop_rows,
+    pick_sft_questions,
+    record_demonstrations,
+    tokenizer_texts,
+)
+from agentrl.quickstart.evaluation import evaluate_policy, summary_line
+from agentrl.quickstart.profiles import FULL, Profile
+from agentrl.quickstart.report import QuickstartResult, read_metrics, write_report
+
+__all__ = ["PHASES", "PhaseClock", "WorldFiles", "ppo_overrides", "run_quickstart"]
+
+PHASES = ("world", "index", "model", "retriever", "sft_data", "sft", "eval_sft", "ppo", "eval_ppo")
+STALE = ("ppo", "sft_skill", "sft_model", "model", "index")  # a previous run's, never resumed or mixed in
+T = TypeVar("T")
+
+
+class PhaseClock:
+    """Prints ``[k/N] phase ...`` as each phase starts and its wall time when it ends."""
+
+    def __init__(self, phases: Sequence[str], stream: Any = None) -> None:
+        self.phases = list(phases)
+        self.seconds: dict[str, float] = {}
+        self.stream = stream or sys.stdout
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def phase(self, name: str, what: str) -> Iterator[None]:
+        if name not in self.phases:
+            raise KeyError(f"unknown phase {name!r}; phases are {self.phases}")
+        k = self.phases.index(name) + 1
+        print(f"\n[{k}/{len(self.phases)}] {name}: {what} ...", file=self.stream, flush=True)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            print(
+                f"[{k}/{len(self.phases)}] {name}: {self.seconds[name]:.1f} s", file=self.stream, flush=True
+            )
+
+    def run(self, name: str, what: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` timed as phase ``name``; returns what it returns."""
+        with self.phase(name, what):
+            return fn(*args)
+
+    @property
+    def total(self) -> float:
+        return time.perf_counter() - self._start
+
+
+# --- the phases -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorldFiles:
+    """The world's corpus (for the index) and its QA rows with one data_source per hop."""
+
+    corpus: Path
+    train: Path
+    test: Path
+
+
+def make_world(out: Path, profile: Profile, seed: int) -> tuple[World, WorldFiles]:
+    """Phase ``world``: the invented knowledge base, its corpus and its train/test rows."""
+    world = generate_world(seed=seed, **profile.world)
+    paths = write_world(world, out / "world")
+    train_rows = hop_rows(read_question_records(paths["train"]), "train")
+    test_rows = hop_rows(read_question_records(paths["test"]), "test")
+    train_file, test_file = (
+        write_rows(train_rows, out / "train.jsonl"),
+        write_rows(test_rows, out / "test.jsonl"),
+    )
+    files = WorldFiles(paths["corpus"], train_file, test_file)
+    print(f"  {len(world.passages)} passages, {len(train_rows)} train / {len(test_rows)} test questions")
+    return world, files
+
+
+def build_index(corpus: Path, out: Path) -> Path:
+    """Phase ``index``: the BM25 index over the corpus."""
+    from retriever.build_index import main as build_index_main
+
+    index_dir = out / "index"
+    if build_index_main(["--corpus", str(corpus), "--backend", "bm25", "--out", str(index_dir), "--quiet"]):
+        raise RuntimeError("building the BM25 index failed (see the message above)")
+    return index_dir
+
+
+def build_model(world: World, profile: Profile, out: Path, seed: int) -> Path:
+    """Phase ``model``: a BPE tokenizer trained on the world's text and a random tiny LM."""
+    from agentrl.models.tiny import build_tiny_causal_lm, train_tokenizer
+
+    tokenizer = train_tokenizer(tokenizer_texts(world), profile.vocab_size)
+    return build_tiny_causal_lm(
+        tokenizer, out / "model", hidden_size=profile.hidden_size, layers=profile.layers, heads=profile.heads,
+        kv_heads=profile.kv_heads, intermediate_size=profile.intermediate_size,
+        max_position_embeddings=1024, seed=seed,
+    )  # fmt: skip
+
+
+def start_retriever(server: Any) -> str:
+    """Phase ``retriever``: the retriever server, up and ready; returns its ``/retrieve`` URL."""
+    server.start()
+    print(f"  serving {server.retrieve_url}")
+    return server.retrieve_url
+
+
+def record_sft_data(world: World, model_dir: Path, config: Any, profile: Profile, out: Path,
+                    seed: int) -> Demonstrations:  # fmt: skip
+    """Phase ``sft_data``: oracle and shortcut demonstrations of the picked training questions."""
+    questions = pick_sft_questions(world, profile.sft_questions, seed)
+    return record_demonstrations(questions, profile.sft_shortcuts_per_demo, model_dir, config, out, seed)
+
+
+@dataclass(frozen=True)
+class SFTOutcome:
+    """What the ``sft`` phase returns: the warm-started policy, its loss per step, examples trained on."""
+
+    model_dir: Path
+    loss: list[float]
+    examples: int  # oracle + shortcut demonstrations
+
+
+def train_sft(model_dir: Path, demos: Demonstrations, profile: Profile, out: Path, seed: int) -> SFTOutcome:
+    """Phase ``sft``: stage 1 on the oracle demonstrations alone (the skill), then stage 2 on
+    oracle + shortcuts (the habit), each from where the previous one ended."""
+    from agentrl.config.schema import OptimConfig
+    from agentrl.trainer.sft import SFTConfig, SFTTrainer, load_sft_examples
+
+    examples = load_sft_examples(demos.path)
+    # Stage 1 on the oracle demonstrations alone (shortcuts are dumped with reward 0): copying names
+    # out of a passage emerges late in a 2-layer model and the shortcuts' answers would compete with it.
+    stages = [(load_sft_examples(demos.path, min_reward=1.0), profile.sft_skill_steps, out / "sft_skill")]
+    if demos.shortcut and profile.sft_habit_steps:
+        stages.append((examples, profile.sft_habit_steps, out / "sft_model"))
+    optim = OptimConfig(lr=profile.sft_lr, warmup_ratio=0.05, lr_schedule="cosine",
+                        min_lr_ratio=profile.sft_min_lr_ratio)  # fmt: skip
+    history: list[dict[str, float]] = []
+    start_dir = model_dir
+    for stage_examples, steps, stage_dir in stages:
+        epochs = math.ceil(steps * profile.sft_batch_size / len(stage_examples))
+        sft = SFTTrainer(start_dir, SFTConfig(epochs=epochs, max_steps=steps, batch_size=profile.sft_batch_size,
+                                              seed=seed, optim=optim))  # fmt: skip
+        history += sft.fit(stage_examples)
+        start_dir = sft.save(stage_dir)
+        del sft
+    return SFTOutcome(start_dir, [m["loss"] for m in history], len(examples))
+
+
+def evaluate_heldout(
+    model_dir: Path, test: Path, config: Any, limit: int | None, seed: int
+) -> dict[str, Any]:
+    """Phases ``eval_sft`` and ``eval_ppo``: greedy held-out EM and searches, overall and per hop."""
+    result = evaluate_policy(model_dir, test, config, limit, seed)
+    print("  " + summary_line(result))
+    return result
+
+
+def train_ppo(config: Any, sft_dir: Path) -> Path:
+    """Phase ``ppo``: the PPO run on Ray with the SFT model as actor, reference and critic
+    initialisation; returns the last checkpoint's policy. Ray is shut down when it ends."""
+    import ray
+
+    from agentrl.trainer.ppo_trainer import PPOTrainer
+
+    trainer = PPOTrainer(replace(config, actor=replace(config.actor, model_path=str(sft_dir))))
+    try:
+        trainer.fit()
+        final = trainer.checkpoints.latest()
+    finally:
+        trainer.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+    if final is None:
+        raise RuntimeError("PPO finished without a checkpoint to evaluate")
+    return final / "actor"
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+def ppo_overrides(profile: Profile, out: Path, model_dir: Path, files: WorldFiles, url: str,
+                  user: Sequence[str], seed: int) -> list[str]:  # fmt: skip
+    """The PPO config overrides: the profile's, the run's paths and retriever, then the user's (which win)."""
+    tools = "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '" + url + "', topk: 1}}]"
+    base = profile.ppo | {
+        "seed": seed,
+        "data.seed": seed,
+        "actor.model_path": str(model_dir),
+        "data.train_files": f"[{files.train}]",
+        "data.val_files": f"[{files.test}]",
+        "actor.rollout.tools": tools,
+        "trainer.run_dir": str(out / "ppo"),
+        "trainer.val_before_train": True,
+    }
+    return [f"{k}={v}" for k, v in base.items()] + list(user)
+
+
+def prepare(out_dir: str | Path) -> Path:
+    """The output folder, emptied of a previous run's models and index; offline, CPU-wide settings."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Ray workers run one role at a time (the controller is sequential), so each may use every core.
+    os.environ.setdefault("AGENTRL_TORCH_THREADS", str(os.cpu_count() or 1))
+    out = Path(out_dir)
+    for stale in STALE:
+        shutil.rmtree(out / stale, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = FULL, seed: int = 0,
+                   overrides: Sequence[str] = (), preset: str = "ppo") -> QuickstartResult:  # fmt: skip
+    """Run every phase (the package docstring), then write ``report.md`` once; returns the numbers."""
+    import ray
+
+    from agentrl.config import load_config
+    from retriever.process import RetrieverProcess
+
+    out, clock = prepare(out_dir), PhaseClock(PHASES)
+    world, files = clock.run("world", "generating the invented world", make_world, out, profile, seed)
+    index_dir = clock.run("index", "building the BM25 index", build_index, files.corpus, out)
+    model_dir = clock.run("model", "training the tokenizer and building a random tiny LM", build_model, world,
+                          profile, out, seed)  # fmt: skip
+    server = RetrieverProcess(index_dir, log_path=out / "retriever.log")
+    # Checked in full before the server starts or anything trains: a bad override fails here, by name.
+    config = load_config(preset, ppo_overrides(profile, out, model_dir, files, server.retrieve_url, overrides,
+                                               seed))  # fmt: skip
+    limit = profile.eval_limit
+    try:
+        clock.run("retriever", "starting the retriever server", start_retriever, server)
+        demos = clock.run("sft_data", "playing oracle solutions through the real rollout", record_sft_data, world,
+                          model_dir, config, profile, out, seed)  # fmt: skip
+        sft = clock.run("sft", "supervised warm start: the skill, then the shortcut habit", train_sft, model_dir,
+                        demos, profile, out, seed)  # fmt: skip
+        before = clock.run("eval_sft", "held-out evaluation after SFT", evaluate_heldout, sft.model_dir, files.test,
+                           config, limit, seed)  # fmt: skip
+        ppo_dir = clock.run("ppo", f"{config.algorithm.adv_estimator} on Ray from the SFT model", train_ppo, config,
+                            sft.model_dir)  # fmt: skip
+        after = clock.run("eval_ppo", "held-out evaluation after PPO", evaluate_heldout, ppo_dir, files.test,
+                          config, limit, seed)  # fmt: skip
+    finally:
+        server.stop()
+        if ray.is_initialized():
+            ray.shutdown()
+    result = QuickstartResult(out, out / "report.md", before, after, dict(clock.seconds), clock.total, sft.examples,
+                              sft.loss, read_metrics(out / "ppo" / "metrics.jsonl"), demos.shortcut)  # fmt: skip
+    write_report(result, profile, config)
+    print(f"\nreport: {result.report}  (total {result.total_seconds / 60:.1f} min)")
+    return result

@@ -1,0 +1,150 @@
+"""The quickstart's outcome: ``QuickstartResult`` and the report that shows it, written once at the end.
+
+``report.md`` (the before/after table, the reward and EM plots, the wall time of every
+phase and the total at the moment of writing), ``report.json`` (the same numbers),
+``reward.png`` and ``em.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from agentrl.quickstart.demonstrations import DATA_SOURCE
+from agentrl.quickstart.profiles import Profile
+
+__all__ = ["QuickstartResult", "write_report"]
+
+REWARD_METRIC = "reward/score/mean"  # mean score of the training rollouts, per PPO step
+EM_METRIC = "val/{group}/em"  # greedy validation EM: group "all" or a data_source
+
+
+@dataclass
+class QuickstartResult:
+    """What ``run_quickstart`` returns: the before/after evaluations, timings, SFT and PPO numbers."""
+
+    out_dir: Path
+    report: Path
+    before: dict[str, Any]
+    after: dict[str, Any]
+    seconds: dict[str, float]
+    total_seconds: float
+    sft_examples: int
+    sft_loss: list[float]
+    metrics: list[dict[str, Any]]
+    sft_shortcut_examples: int = 0  # of sft_examples, those that answer without finishing the search
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The PPO run's ``metrics.jsonl``, one dict per logged step."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _plot(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str, ylabel: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    for label, (xs, ys) in series.items():
+        if xs:
+            ax.plot(xs, ys, marker="o", markersize=3, label=label)
+    ax.set_xlabel("PPO step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    rows = [(m["step"], m[key]) for m in metrics if key in m and isinstance(m[key], (int, float))]
+    return [float(s) for s, _ in rows], [float(v) for _, v in rows]
+
+
+def _load() -> str:
+    """The 1/5/15-minute load averages, so a reader can judge the wall times."""
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def _plots(result: QuickstartResult, config: Any) -> list[Path]:
+    """``reward.png`` (training reward) and ``em.png`` (validation EM, overall and per hop)."""
+    out = result.out_dir
+    reward = {"mean reward (training rollouts)": _series(result.metrics, REWARD_METRIC)}
+    em_series = {"held-out EM (all)": _series(result.metrics, EM_METRIC.format(group="all"))}
+    for hop in (1, 2):
+        em_series[f"{hop}-hop"] = _series(result.metrics, EM_METRIC.format(group=DATA_SOURCE.format(hop=hop)))
+    val_n = config.data.val_limit or "all"
+    return [_plot(out / "reward.png", reward, "Reward during PPO", "reward"),
+            _plot(out / "em.png", em_series, f"Greedy held-out EM during PPO ({val_n} questions)", "EM")]  # fmt: skip
+
+
+def _tables(result: QuickstartResult) -> tuple[str, str]:
+    """The before/after table and the wall-time table (markdown)."""
+
+    def row(label: str, key: str) -> str:
+        b, a = result.before.get(key), result.after.get(key)
+        if b is None or a is None:
+            return ""
+        return (f"| {label} | {int(b['n'])} | {b['em']:.3f} | {a['em']:.3f} | {a['em'] - b['em']:+.3f} "
+                f"| {b['searches']:.2f} | {a['searches']:.2f} |")  # fmt: skip
+
+    table = "\n".join(filter(None, [
+        "| questions | n | EM after SFT | EM after PPO | Δ EM | searches/q after SFT | searches/q after PPO |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        row("all held-out", "all"), row("single-hop", "hop1"), row("two-hop", "hop2"),
+    ]))  # fmt: skip
+    timing = "\n".join(["| phase | wall time (s) |", "|---|---:|"]
+                       + [f"| {name} | {sec:.1f} |" for name, sec in result.seconds.items()]
+                       + [f"| **total** (until this report was written) | **{result.total_seconds:.1f}** |"])  # fmt: skip
+    return table, timing
+
+
+def write_report(result: QuickstartResult, profile: Profile, config: Any) -> Path:
+    """``report.md`` (table, plots, timings), ``report.json``, ``reward.png``, ``em.png``."""
+    plots = _plots(result, config)
+    table, timing = _tables(result)
+    steps = int(result.metrics[-1]["step"]) if result.metrics else 0
+    text = f"""# agentrl quickstart report
+
+Profile `{profile.name}`, seed {config.seed}, estimator `{config.algorithm.adv_estimator}`,
+{steps} PPO steps of {config.data.train_batch_size} questions × n={config.actor.rollout.n}, on
+{os.cpu_count()} CPU core(s), load average {_load()} when the report was written (other jobs share the
+cores: wall times grow with the load). Greedy decoding on held-out questions the policy never trained on.
+
+{table}
+
+SFT warm start: {profile.sft_skill_steps} steps on the {result.sft_examples - result.sft_shortcut_examples} oracle
+demonstrations (the skill: search, read, copy the answer), then {profile.sft_habit_steps} steps on those plus
+{result.sft_shortcut_examples} shortcuts that answer at once with the name the question mentions (the habit
+PPO has to unlearn: the SFT model searches only some of the time, and greedy decoding not at all);
+{len(result.sft_loss)} steps in all, loss {result.sft_loss[0]:.3f} → {result.sft_loss[-1]:.3f}.
+
+![reward](reward.png)
+
+![EM](em.png)
+
+## Wall time per phase
+
+{timing}
+
+Files: `ppo/metrics.jsonl` (every PPO metric per step), `sft_data.jsonl` (the demonstrations,
+viewable with `python -m agentrl.agent.viewer`), `sft_model/` and `ppo/checkpoints/` (HF dirs).
+"""
+    result.report.write_text(text)
+    payload = {"profile": asdict(profile), "before": result.before, "after": result.after,
+               "seconds": result.seconds, "total_seconds": result.total_seconds,
+               "sft_examples": result.sft_examples, "sft_loss": result.sft_loss,
+               "plots": [str(p) for p in plots]}  # fmt: skip
+    (result.out_dir / "report.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    return result.report
