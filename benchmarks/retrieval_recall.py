@@ -39,7 +39,7 @@ def evaluate(backend, questions: list[dict], batch: int = 256) -> tuple[dict[int
     t0 = time.perf_counter()
     ranks = []
     for start in range(0, len(questions), batch):
-        chunk = questions[start:start + batch]
+        chunk = questions[start : start + batch]
         results = backend.search([q["question"] for q in chunk], max(KS))
         ranks += [first_hit_rank(hits, q["golden_answers"]) for hits, q in zip(results, chunk, strict=True)]
     return recall_at_k(ranks, KS), time.perf_counter() - t0
@@ -51,17 +51,24 @@ def main() -> int:
     p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
     p.add_argument("--corpus", default=None, help="default: DATA/corpus/wiki_mini.jsonl")
     p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
-    p.add_argument("--backends", nargs="+", default=["bm25", "dense", "hybrid"], choices=["bm25", "dense", "hybrid"])
-    p.add_argument("--limit", type=int, default=None, help="seeded sample of N questions per set (quick look)")
+    p.add_argument(
+        "--backends", nargs="+", default=["bm25", "dense", "hybrid"], choices=["bm25", "dense", "hybrid"]
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, help="seeded sample of N questions per set (quick look)"
+    )
     args = p.parse_args()
     data = Path(args.data)
     index = Path(args.index)
     t_start = time.perf_counter()
-    ensure_built(index, Path(args.corpus) if args.corpus else data / "corpus" / "wiki_mini.jsonl", args.backends)
+    ensure_built(
+        index, Path(args.corpus) if args.corpus else data / "corpus" / "wiki_mini.jsonl", args.backends
+    )
     sets = {
         "NQ test": load_questions(data / "nq" / "test.jsonl", sample=args.limit),
         "HotpotQA dev (all supporting in corpus)": load_questions(
-            data / "hotpotqa" / "dev.jsonl", require="all_supporting_in_corpus", sample=args.limit),
+            data / "hotpotqa" / "dev.jsonl", require="all_supporting_in_corpus", sample=args.limit
+        ),
     }
     backends = {name: open_backend(index, name) for name in args.backends}
     print("| question set | n | backend | R@1 | R@3 | R@5 | seconds |")
@@ -69,8 +76,11 @@ def main() -> int:
     for set_name, questions in sets.items():
         for name, backend in backends.items():
             r, secs = evaluate(backend, questions)
-            print(f"| {set_name} | {len(questions)} | {name} | {r[1]:.3f} | {r[3]:.3f} | {r[5]:.3f} | {secs:.1f} |",
-                  flush=True)
+            print(
+                f"| {set_name} | {len(questions)} | {name} "
+                f"| {r[1]:.3f} | {r[3]:.3f} | {r[5]:.3f} | {secs:.1f} |",
+                flush=True,
+            )
     print(f"\ntotal {time.perf_counter() - t_start:.0f} s (index build excluded if it already existed)")
     return 0
 

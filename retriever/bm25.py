@@ -50,8 +50,13 @@ def build_bm25_index(
     model = bm25s.BM25(k1=k1, b=b, method="lucene")
     model.index(Tokenized(ids=ids, vocab=tokenizer.get_vocab_dict()), show_progress=False)
     model.save(str(sub), show_progress=False)
-    meta = {"k1": k1, "b": b, "stemmer_language": stemmer_language, "stopwords": stopwords,
-            "num_passages": len(ids)}
+    meta = {
+        "k1": k1,
+        "b": b,
+        "stemmer_language": stemmer_language,
+        "stopwords": stopwords,
+        "num_passages": len(ids),
+    }
     (sub / "config.json").write_text(json.dumps(meta, indent=2))
     return meta
 
@@ -72,7 +77,9 @@ class BM25Backend:
         self._n_threads = n_threads
         self.docstore = docstore
         if self.meta["num_passages"] != len(docstore):
-            raise ValueError(f"bm25 index has {self.meta['num_passages']} passages but the docstore {len(docstore)}")
+            raise ValueError(
+                f"bm25 index has {self.meta['num_passages']} passages but the docstore {len(docstore)}"
+            )
 
     def __len__(self) -> int:
         return int(self.meta["num_passages"])
@@ -87,8 +94,13 @@ class BM25Backend:
         if not queries:
             return []
         k = min(k, len(self))
-        tokens = self._bm25s.tokenize(queries, stopwords=self.meta["stopwords"], stemmer=self._stem,
-                                      return_ids=False, show_progress=False)
+        tokens = self._bm25s.tokenize(
+            queries,
+            stopwords=self.meta["stopwords"],
+            stemmer=self._stem,
+            return_ids=False,
+            show_progress=False,
+        )
         out: list[list[Hit]] = []
         for toks in tokens:
             scores = self._scores(toks)

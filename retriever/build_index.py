@@ -54,6 +54,7 @@ def ensure_docstore(corpus: Path, out: Path, quiet: bool = False) -> int:
         return int(manifest["num_passages"])
     total = count_lines(corpus)
     with _progress(total, "docstore", quiet) as bar:
+
         def tick():
             for p in iter_corpus(corpus):
                 bar.update(1)
@@ -80,7 +81,9 @@ def build(args: argparse.Namespace) -> dict:
             raise SystemExit("--lucene-index: required for --backend pyserini (a prebuilt Lucene index dir)")
         searcher = load_lucene_searcher(args.lucene_index)  # fail now, not at serve time
         manifest = read_manifest(out)
-        manifest.setdefault("backends", {})["pyserini"] = {"lucene_index": str(Path(args.lucene_index).resolve())}
+        manifest.setdefault("backends", {})["pyserini"] = {
+            "lucene_index": str(Path(args.lucene_index).resolve())
+        }
         write_manifest(out, manifest)
         summary.update(passages=int(searcher.num_docs), dimensions=None)
     else:
@@ -97,17 +100,35 @@ def build(args: argparse.Namespace) -> dict:
                 model = args.model or default_model_path()
                 if not model:
                     raise SystemExit("--model: required (a local sentence-transformers model directory)")
-                cfg = EncoderConfig(model_path=model, pooling=args.pooling, normalize=not args.no_normalize,
-                                    query_prefix=args.query_prefix, passage_prefix=args.passage_prefix,
-                                    max_seq_length=args.max_seq_length, batch_size=args.batch_size)
-                meta = build_dense_index(iter_corpus(corpus), out, DenseEncoder(cfg), index_type=args.index_type,
-                                         hnsw_m=args.hnsw_m, on_progress=bar.update)
+                cfg = EncoderConfig(
+                    model_path=model,
+                    pooling=args.pooling,
+                    normalize=not args.no_normalize,
+                    query_prefix=args.query_prefix,
+                    passage_prefix=args.passage_prefix,
+                    max_seq_length=args.max_seq_length,
+                    batch_size=args.batch_size,
+                )
+                meta = build_dense_index(
+                    iter_corpus(corpus),
+                    out,
+                    DenseEncoder(cfg),
+                    index_type=args.index_type,
+                    hnsw_m=args.hnsw_m,
+                    on_progress=bar.update,
+                )
                 summary["dimensions"] = meta["dim"]
             else:
                 from retriever.bm25 import build_bm25_index
 
-                meta = build_bm25_index(iter_corpus(corpus), out, k1=args.k1, b=args.b,
-                                        stemmer_language=args.stemmer or None, on_progress=bar.update)
+                meta = build_bm25_index(
+                    iter_corpus(corpus),
+                    out,
+                    k1=args.k1,
+                    b=args.b,
+                    stemmer_language=args.stemmer or None,
+                    on_progress=bar.update,
+                )
                 summary["dimensions"] = None
         manifest = read_manifest(out)
         manifest["backends"][args.backend] = meta
@@ -119,16 +140,23 @@ def build(args: argparse.Namespace) -> dict:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m retriever.build_index", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m retriever.build_index",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--corpus", help="jsonl corpus, one {'id','contents'} per line")
     p.add_argument("--backend", required=True, choices=["dense", "bm25", "pyserini"])
     p.add_argument("--out", required=True, help="index directory (created; may hold several backends)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     d = p.add_argument_group("dense")
     d.add_argument("--model", help="local sentence-transformers model dir (default: pip-shipped MiniLM)")
-    d.add_argument("--pooling", default="model", choices=["model", "mean", "cls", "max"],
-                   help="'model' keeps the model dir's own pooling modules")
+    d.add_argument(
+        "--pooling",
+        default="model",
+        choices=["model", "mean", "cls", "max"],
+        help="'model' keeps the model dir's own pooling modules",
+    )
     d.add_argument("--no-normalize", action="store_true", help="do not L2-normalise embeddings")
     d.add_argument("--query-prefix", default="", help="e.g. 'query: ' for e5")
     d.add_argument("--passage-prefix", default="", help="e.g. 'passage: ' for e5")
@@ -153,9 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: malformed corpus: {exc}", file=sys.stderr)
         return 2
     dims = summary.get("dimensions")
-    print(f"built {summary['backend']} index in {summary['out']}: {summary['passages']} passages"
-          f"{f', {dims} dimensions' if dims else ''}, {summary['size_on_disk_mb']} MB on disk, "
-          f"{summary['seconds']} s")
+    print(
+        f"built {summary['backend']} index in {summary['out']}: {summary['passages']} passages"
+        f"{f', {dims} dimensions' if dims else ''}, {summary['size_on_disk_mb']} MB on disk, "
+        f"{summary['seconds']} s"
+    )
     return 0
 
 

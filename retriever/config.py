@@ -21,7 +21,9 @@ class ServerConfig:
     max_queries_per_request: int = 512
     max_query_chars: int = 4096
     max_batch_size: int = 64  # queries per backend call
-    batch_wait_ms: float = 5.0  # wait this long to fill a batch, only when recent load suggests more is coming
+    batch_wait_ms: float = (
+        5.0  # wait this long to fill a batch, only when recent load suggests more is coming
+    )
     max_pending: int = 4096  # queries queued or running; beyond it -> 503
     retry_after_s: int = 1
     cache_size: int = 20_000  # LRU entries keyed by (query, topk); 0 disables
@@ -29,8 +31,15 @@ class ServerConfig:
     shutdown_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
-        positive = ("default_topk", "max_topk", "max_queries_per_request", "max_query_chars",
-                    "max_batch_size", "max_pending", "retry_after_s")
+        positive = (
+            "default_topk",
+            "max_topk",
+            "max_queries_per_request",
+            "max_query_chars",
+            "max_batch_size",
+            "max_pending",
+            "retry_after_s",
+        )
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

@@ -107,8 +107,9 @@ def count_lines(path: str | Path) -> int:
     return n
 
 
-def write_docstore(passages: Iterator[Passage], out_dir: str | Path,
-                   batch_rows: int = DEFAULT_BATCH_ROWS) -> int:
+def write_docstore(
+    passages: Iterator[Passage], out_dir: str | Path, batch_rows: int = DEFAULT_BATCH_ROWS
+) -> int:
     """Stream passages into ``out_dir/docs.arrow``; return the number written.
 
     Every record batch except the last has exactly ``batch_rows`` rows; the reader relies on it.
@@ -140,7 +141,9 @@ class DocStore:
     def __init__(self, index_dir: str | Path) -> None:
         path = Path(index_dir) / DOCSTORE_FILE
         if not path.exists():
-            raise FileNotFoundError(f"no document store at {path}; build the index with retriever.build_index")
+            raise FileNotFoundError(
+                f"no document store at {path}; build the index with retriever.build_index"
+            )
         self.path = path
         self._reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         meta = self._reader.schema.metadata or {}

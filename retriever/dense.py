@@ -64,7 +64,10 @@ class DenseEncoder:
             except ImportError:
                 from sentence_transformers.models import Pooling, Transformer
             transformer = Transformer(config.model_path, max_seq_length=config.max_seq_length)
-            get_dim = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+            get_dim = (
+                getattr(transformer, "get_embedding_dimension", None)
+                or transformer.get_word_embedding_dimension
+            )
             dim = get_dim()
             pooling = Pooling(dim, pooling_mode=config.pooling)
             self.model = SentenceTransformer(modules=[transformer, pooling], device=device)
@@ -157,8 +160,15 @@ class DenseBackend:
 
     name = "dense"
 
-    def __init__(self, index_dir: str | Path, docstore: DocStore, model_path: str | None = None,
-                 ef_search: int = 128, use_gpu: str = "auto", device: str | None = None) -> None:
+    def __init__(
+        self,
+        index_dir: str | Path,
+        docstore: DocStore,
+        model_path: str | None = None,
+        ef_search: int = 128,
+        use_gpu: str = "auto",
+        device: str | None = None,
+    ) -> None:
         sub = Path(index_dir) / DENSE_SUBDIR
         meta = json.loads((sub / "config.json").read_text())
         enc_cfg = EncoderConfig(**meta["encoder"])
@@ -175,7 +185,9 @@ class DenseBackend:
         self.index, self.on_gpu = _maybe_to_gpu(index, use_gpu)
         self.docstore = docstore
         if self.index.ntotal != len(docstore):
-            raise ValueError(f"dense index has {self.index.ntotal} vectors but the docstore {len(docstore)} passages")
+            raise ValueError(
+                f"dense index has {self.index.ntotal} vectors but the docstore {len(docstore)} passages"
+            )
         self.meta = meta
 
     def __len__(self) -> int:

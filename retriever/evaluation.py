@@ -49,8 +49,9 @@ def recall_at_k(ranks: Sequence[int | None], ks: Sequence[int]) -> dict[int, flo
     return {k: (sum(1 for r in ranks if r is not None and r <= k) / n if n else 0.0) for k in ks}
 
 
-def load_questions(path: str | Path, require: str | None = None, sample: int | None = None,
-                   seed: int = 0) -> list[dict]:
+def load_questions(
+    path: str | Path, require: str | None = None, sample: int | None = None, seed: int = 0
+) -> list[dict]:
     """Read a QA jsonl; keep rows whose ``require`` field is truthy; optionally a seeded sample."""
     rows = []
     with Path(path).open(encoding="utf-8") as fh:

@@ -41,4 +41,7 @@ class HybridBackend:
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         depth = max(k, self.depth)
         per_backend = [b.search(queries, depth) for b in self.backends]
-        return [reciprocal_rank_fusion([res[i] for res in per_backend], k, self.rrf_k) for i in range(len(queries))]
+        return [
+            reciprocal_rank_fusion([res[i] for res in per_backend], k, self.rrf_k)
+            for i in range(len(queries))
+        ]

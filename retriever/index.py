@@ -62,15 +62,21 @@ def resolve_backend_name(index_dir: str | Path, backend: str) -> str:
         for name in ("dense", "bm25", "pyserini"):
             if name in built:
                 return name
-        raise FileNotFoundError(f"index: no backend built in {index_dir}; run python -m retriever.build_index")
+        raise FileNotFoundError(
+            f"index: no backend built in {index_dir}; run python -m retriever.build_index"
+        )
     needed = {"dense", "bm25"} if backend == "hybrid" else {backend}
     missing = needed - built
     if missing:
-        raise FileNotFoundError(f"backend: {backend!r} needs {sorted(missing)} built in {index_dir} (have {sorted(built)})")
+        raise FileNotFoundError(
+            f"backend: {backend!r} needs {sorted(missing)} built in {index_dir} (have {sorted(built)})"
+        )
     return backend
 
 
-def open_backend(index_dir: str | Path, backend: str = "auto", options: BackendOptions | None = None) -> SearchBackend:
+def open_backend(
+    index_dir: str | Path, backend: str = "auto", options: BackendOptions | None = None
+) -> SearchBackend:
     """Load the named backend (slow: reads indexes, loads models) -- call it off the event loop."""
     opts = options or BackendOptions()
     name = resolve_backend_name(index_dir, backend)
@@ -85,8 +91,13 @@ def open_backend(index_dir: str | Path, backend: str = "auto", options: BackendO
         if name in ("dense", "hybrid"):
             from retriever.dense import DenseBackend
 
-            dense = DenseBackend(index_dir, docstore, model_path=opts.model_path,
-                                 ef_search=opts.ef_search, use_gpu=opts.use_gpu)
+            dense = DenseBackend(
+                index_dir,
+                docstore,
+                model_path=opts.model_path,
+                ef_search=opts.ef_search,
+                use_gpu=opts.use_gpu,
+            )
         if name in ("bm25", "hybrid"):
             from retriever.bm25 import BM25Backend
 

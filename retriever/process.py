@@ -81,7 +81,9 @@ class RetrieverProcess:
     ) -> None:
         self.index_dir = Path(index_dir)
         if not self.index_dir.is_dir():
-            raise FileNotFoundError(f"index_dir: {str(self.index_dir)!r} is not a directory (build it with retriever.build_index)")
+            raise FileNotFoundError(
+                f"index_dir: {str(self.index_dir)!r} is not a directory (build it with retriever.build_index)"
+            )
         if ready_timeout_s <= 0:
             raise ValueError(f"ready_timeout_s must be > 0, got {ready_timeout_s}")
         self.host = host
@@ -109,9 +111,19 @@ class RetrieverProcess:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "retriever.server", "--index", str(self.index_dir), "--host", self.host,
-            "--port", str(self.port), "--access-log", self.access_log, *self.extra_args,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "retriever.server",
+            "--index",
+            str(self.index_dir),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--access-log",
+            self.access_log,
+            *self.extra_args,
+        ]
 
     def start(self, wait: bool = True) -> RetrieverProcess:
         """Launch the server; with ``wait`` (default) return only once it is ready."""
@@ -164,7 +176,8 @@ class RetrieverProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RetrieverStartError(
-                    f"retriever server exited with code {self.proc.returncode} while starting:\n{self._log_tail()}"
+                    f"retriever server exited with code {self.proc.returncode} while starting:\n"
+                    f"{self._log_tail()}"
                 )
             body = self.health()
             if body is not None and body.get("ready"):

@@ -20,8 +20,9 @@ class CrossEncoderReranker:
     (the "relevant" class of binary rerankers).
     """
 
-    def __init__(self, model_path: str | Path, batch_size: int = 32, max_length: int = 256,
-                 device: str = "cpu") -> None:
+    def __init__(
+        self, model_path: str | Path, batch_size: int = 32, max_length: int = 256, device: str = "cpu"
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -40,9 +41,15 @@ class CrossEncoderReranker:
         """Relevance score of each (query, passage) pair, batched."""
         scores: list[float] = []
         for start in range(0, len(pairs), self.batch_size):
-            chunk = pairs[start:start + self.batch_size]
-            enc = self.tokenizer([q for q, _ in chunk], [p for _, p in chunk], padding=True,
-                                 truncation=True, max_length=self.max_length, return_tensors="pt").to(self.device)
+            chunk = pairs[start : start + self.batch_size]
+            enc = self.tokenizer(
+                [q for q, _ in chunk],
+                [p for _, p in chunk],
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_tensors="pt",
+            ).to(self.device)
             with self._torch.inference_mode():
                 logits = self.model(**enc).logits
             scores.extend(logits[:, -1].float().cpu().tolist())
@@ -51,13 +58,17 @@ class CrossEncoderReranker:
     def rerank(self, queries: Sequence[str], candidates: Sequence[Sequence[Hit]], k: int) -> list[list[Hit]]:
         """Reorder each query's own candidates by cross-encoder score; keep the top ``k``."""
         if len(queries) != len(candidates):
-            raise ValueError(f"candidates: expected {len(queries)} lists (one per query), got {len(candidates)}")
+            raise ValueError(
+                f"candidates: expected {len(queries)} lists (one per query), got {len(candidates)}"
+            )
         pairs = [(q, h.contents) for q, hits in zip(queries, candidates, strict=True) for h in hits]
         flat = self.score_pairs(pairs)
         out: list[list[Hit]] = []
         pos = 0
         for hits in candidates:
-            scored = [Hit(h.doc_id, h.contents, s) for h, s in zip(hits, flat[pos:pos + len(hits)], strict=True)]
+            scored = [
+                Hit(h.doc_id, h.contents, s) for h, s in zip(hits, flat[pos : pos + len(hits)], strict=True)
+            ]
             pos += len(hits)
             scored.sort(key=lambda h: -h.score)
             out.append(scored[:k])

@@ -1,6 +1,7 @@
 """The retrieval HTTP service (Search-R1 compatible API) on aiohttp.
 
-    python -m retriever.server --index DIR --host 127.0.0.1 --port 8000 [--backend auto|dense|bm25|hybrid|pyserini]
+    python -m retriever.server --index DIR --host 127.0.0.1 --port 8000 \
+        [--backend auto|dense|bm25|hybrid|pyserini]
 
     POST /retrieve {"queries": [str], "topk": int, "return_scores": bool}
         -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}
@@ -78,16 +79,18 @@ def parse_retrieve_request(body: Any, config: ServerConfig) -> RetrieveRequest:
     if not queries:
         raise RequestError("queries", "expected at least one query, got an empty list")
     if len(queries) > config.max_queries_per_request:
-        raise RequestError("queries", f"too many queries: {len(queries)} > max {config.max_queries_per_request}",
-                           status=413)
+        raise RequestError(
+            "queries", f"too many queries: {len(queries)} > max {config.max_queries_per_request}", status=413
+        )
     for i, q in enumerate(queries):
         if not isinstance(q, str):
             raise RequestError(f"queries[{i}]", f"expected a string, got {type(q).__name__}")
         if not q.strip():
             raise RequestError(f"queries[{i}]", "expected a non-empty string")
         if len(q) > config.max_query_chars:
-            raise RequestError(f"queries[{i}]", f"too long: {len(q)} characters > max {config.max_query_chars}",
-                               status=413)
+            raise RequestError(
+                f"queries[{i}]", f"too long: {len(q)} characters > max {config.max_query_chars}", status=413
+            )
     topk = body.get("topk", config.default_topk)
     if not isinstance(topk, int) or isinstance(topk, bool):
         raise RequestError("topk", f"expected an integer, got {type(topk).__name__}")
@@ -152,8 +155,13 @@ class BatchStats:
 
     def as_dict(self) -> dict:
         recent = list(self.last_sizes)
-        return {"batches": self.batches, "queries": self.queries, "max_size": self.max_size,
-                "errors": self.errors, "mean_recent_size": round(sum(recent) / len(recent), 2) if recent else 0.0}
+        return {
+            "batches": self.batches,
+            "queries": self.queries,
+            "max_size": self.max_size,
+            "errors": self.errors,
+            "mean_recent_size": round(sum(recent) / len(recent), 2) if recent else 0.0,
+        }
 
 
 class MicroBatcher:
@@ -168,8 +176,14 @@ class MicroBatcher:
     a lone client never waits.
     """
 
-    def __init__(self, search: Callable[[list[str], int], list[list[Hit]]], max_batch: int,
-                 wait_s: float, max_pending: int, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        search: Callable[[list[str], int], list[list[Hit]]],
+        max_batch: int,
+        wait_s: float,
+        max_pending: int,
+        executor: ThreadPoolExecutor,
+    ) -> None:
         self._search = search
         self._max_batch = max_batch
         self._wait_s = wait_s
@@ -260,8 +274,9 @@ def _error(status: int, field_name: str, message: str, headers: dict | None = No
 class RetrieverService:
     """Owns the backend, batcher, cache and the aiohttp handlers."""
 
-    def __init__(self, config: ServerConfig, load_backend: Callable[[], SearchBackend],
-                 index_dir: str | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, load_backend: Callable[[], SearchBackend], index_dir: str | None = None
+    ) -> None:
         self.config = config
         self._load_backend = load_backend
         self.index_dir = index_dir
@@ -288,12 +303,25 @@ class RetrieverService:
                 self.on_fatal()
             return
         self.backend = backend
-        self.batcher = MicroBatcher(backend.search, self.config.max_batch_size, self.config.batch_wait_ms / 1000,
-                                    self.config.max_pending, self.executor)
+        self.batcher = MicroBatcher(
+            backend.search,
+            self.config.max_batch_size,
+            self.config.batch_wait_ms / 1000,
+            self.config.max_pending,
+            self.executor,
+        )
         self._tasks.append(asyncio.create_task(self.batcher.run(), name="retriever-batcher"))
         self.status = "ready"
-        log.info(json.dumps({"event": "ready", "backend": backend.name, "corpus_size": len(backend),
-                             "load_s": round(time.perf_counter() - t0, 2)}))
+        log.info(
+            json.dumps(
+                {
+                    "event": "ready",
+                    "backend": backend.name,
+                    "corpus_size": len(backend),
+                    "load_s": round(time.perf_counter() - t0, 2),
+                }
+            )
+        )
 
     async def on_startup(self, app: web.Application) -> None:
         self._tasks.append(asyncio.create_task(self._load(), name="retriever-load"))
@@ -379,11 +407,20 @@ def _access_log_middleware():
             raise
         finally:
             if access_log.isEnabledFor(logging.INFO):
-                access_log.info(json.dumps({
-                    "ts": round(time.time(), 3), "remote": request.remote, "method": request.method,
-                    "path": request.path, "status": status, "ms": round((time.perf_counter() - t0) * 1000, 2),
-                    "queries": request.get(N_QUERIES_KEY), "cache_hits": request.get(CACHE_HITS_KEY),
-                }))
+                access_log.info(
+                    json.dumps(
+                        {
+                            "ts": round(time.time(), 3),
+                            "remote": request.remote,
+                            "method": request.method,
+                            "path": request.path,
+                            "status": status,
+                            "ms": round((time.perf_counter() - t0) * 1000, 2),
+                            "queries": request.get(N_QUERIES_KEY),
+                            "cache_hits": request.get(CACHE_HITS_KEY),
+                        }
+                    )
+                )
 
     return middleware
 
@@ -403,8 +440,9 @@ async def _json_errors_middleware(request: web.Request, handler):
 def create_app(service: RetrieverService) -> web.Application:
     cfg = service.config
     client_max = 64 * 1024 + cfg.max_queries_per_request * (cfg.max_query_chars * 4 + 16)
-    app = web.Application(client_max_size=client_max,
-                          middlewares=[_access_log_middleware(), _json_errors_middleware])
+    app = web.Application(
+        client_max_size=client_max, middlewares=[_access_log_middleware(), _json_errors_middleware]
+    )
     app.router.add_post("/retrieve", service.retrieve)
     app.router.add_get("/health", service.health)
     app.on_startup.append(service.on_startup)
@@ -419,8 +457,11 @@ def _configure_logging(access_log_target: str | None) -> None:
     if access_log_target is None:
         access_log.setLevel(logging.WARNING)
         return
-    handler: logging.Handler = (logging.StreamHandler(sys.stderr) if access_log_target == "-"
-                                else logging.FileHandler(access_log_target))
+    handler: logging.Handler = (
+        logging.StreamHandler(sys.stderr)
+        if access_log_target == "-"
+        else logging.FileHandler(access_log_target)
+    )
     handler.setFormatter(logging.Formatter("%(message)s"))
     access_log.addHandler(handler)
     access_log.setLevel(logging.INFO)
@@ -449,15 +490,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     from retriever.index import BACKEND_CHOICES
 
     defaults = ServerConfig()
-    p = argparse.ArgumentParser(prog="python -m retriever.server", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m retriever.server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--index", required=True, help="index directory built by retriever.build_index")
-    p.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
-                   help="auto = hybrid if dense and bm25 are both built, else whichever exists")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKEND_CHOICES,
+        help="auto = hybrid if dense and bm25 are both built, else whichever exists",
+    )
     p.add_argument("--host", default=defaults.host)
     p.add_argument("--port", type=int, default=defaults.port)
-    for name in ("default_topk", "max_topk", "max_queries_per_request", "max_query_chars", "max_batch_size",
-                 "max_pending", "retry_after_s", "cache_size"):
+    for name in (
+        "default_topk",
+        "max_topk",
+        "max_queries_per_request",
+        "max_query_chars",
+        "max_batch_size",
+        "max_pending",
+        "retry_after_s",
+        "cache_size",
+    ):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     p.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
     p.add_argument("--shutdown-timeout-s", type=float, default=defaults.shutdown_timeout_s)
@@ -465,7 +521,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g = p.add_argument_group("backend")
     g.add_argument("--model", default=None, help="override the dense encoder's model directory")
     g.add_argument("--ef-search", type=int, default=128, help="HNSW efSearch")
-    g.add_argument("--use-gpu", default="auto", choices=["auto", "yes", "no"], help="faiss-gpu for a flat index")
+    g.add_argument(
+        "--use-gpu", default="auto", choices=["auto", "yes", "no"], help="faiss-gpu for a flat index"
+    )
     g.add_argument("--rrf-k", type=float, default=60.0)
     g.add_argument("--hybrid-depth", type=int, default=50, help="candidates per backend before fusion")
     g.add_argument("--rerank-model", default=None, help="local cross-encoder dir; enables reranking")
@@ -478,18 +536,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = parse_args(argv)
     try:
-        config = ServerConfig(**{k: getattr(args, k) for k in ServerConfig.field_names() if k != "access_log"},
-                              access_log=None if args.access_log == "off" else args.access_log)
+        config = ServerConfig(
+            **{k: getattr(args, k) for k in ServerConfig.field_names() if k != "access_log"},
+            access_log=None if args.access_log == "off" else args.access_log,
+        )
         resolve_backend_name(args.index, args.backend)  # fail before binding the port
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _configure_logging(config.access_log)
-    options = BackendOptions(model_path=args.model, ef_search=args.ef_search, use_gpu=args.use_gpu,
-                             rrf_k=args.rrf_k, hybrid_depth=args.hybrid_depth, rerank_model=args.rerank_model,
-                             rerank_depth=args.rerank_depth)
+    options = BackendOptions(
+        model_path=args.model,
+        ef_search=args.ef_search,
+        use_gpu=args.use_gpu,
+        rrf_k=args.rrf_k,
+        hybrid_depth=args.hybrid_depth,
+        rerank_model=args.rerank_model,
+        rerank_depth=args.rerank_depth,
+    )
     index_dir = str(Path(args.index).resolve())
-    service = RetrieverService(config, lambda: open_backend(index_dir, args.backend, options), index_dir=index_dir)
+    service = RetrieverService(
+        config, lambda: open_backend(index_dir, args.backend, options), index_dir=index_dir
+    )
     try:
         import uvloop
     except ImportError:

@@ -78,7 +78,8 @@ def read_table(doc: Path) -> dict[str, Row]:
         label = cells[0].strip("`").strip()
         key = _key_of_label(label)
         assert key is not None, (
-            f"{doc}:{i + 1}: package cell {cells[0]!r} is not `agentrl/NAME/`, `agentrl/NAME.py` or `retriever/`"
+            f"{doc}:{i + 1}: package cell {cells[0]!r} is not "
+            "`agentrl/NAME/`, `agentrl/NAME.py` or `retriever/`"
         )
         assert key not in rows, (
             f"{doc}:{i + 1}: package {label!r} has a second row (first at line {rows[key].line})"

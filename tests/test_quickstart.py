@@ -87,8 +87,17 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
     assert all(math.isfinite(v) for m in result.metrics for v in m.values() if isinstance(v, float))
 
     report = (out / "report.md").read_text()
-    for needle in ("EM after SFT", "EM after PPO", "single-hop", "two-hop", "searches/q", "reward.png", "em.png",
-                   "Wall time per phase", "sft_data"):  # fmt: skip
+    for needle in (
+        "EM after SFT",
+        "EM after PPO",
+        "single-hop",
+        "two-hop",
+        "searches/q",
+        "reward.png",
+        "em.png",
+        "Wall time per phase",
+        "sft_data",
+    ):
         assert needle in report, needle
     for png in ("reward.png", "em.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -188,5 +197,9 @@ def test_the_evaluation_settings_are_the_ppo_configs_rollout_greedy():
     settings = eval_settings(config, seed=3)
     assert settings.greedy and settings.topk == 1 and settings.batch_size == 96
     assert (settings.max_turns, settings.max_tokens_per_turn, settings.max_obs_length, settings.schedule) == (
-        3, 40, 72, "lockstep")  # fmt: skip
+        3,
+        40,
+        72,
+        "lockstep",
+    )
     assert (settings.max_prompt_length, settings.max_response_length) == (192, 320)

@@ -95,7 +95,8 @@ def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[
         "extra_info": [t.prompt.extra_info for t in trajectories],
         "index": [t.prompt.index for t in trajectories],
         "response_text": [
-            render_response(tokenizer, t.response_ids) if tokenizer is not None else None for t in trajectories
+            render_response(tokenizer, t.response_ids) if tokenizer is not None else None
+            for t in trajectories
         ],
         "num_turns": [t.num_turns for t in trajectories],
         "tool_calls": [dict(t.tool_calls) for t in trajectories],

@@ -30,7 +30,9 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def trajectory_record(traj: Trajectory, tokenizer: Any, reward: float | None = None, step: int | None = None) -> dict:
+def trajectory_record(
+    traj: Trajectory, tokenizer: Any, reward: float | None = None, step: int | None = None
+) -> dict:
     """The JSON-able record of one trajectory (one dump line)."""
     spans = [
         {

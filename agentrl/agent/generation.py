@@ -64,7 +64,9 @@ class RolloutResult:
         recomputed over all of them, and the longest tool-busy time (the ranks run at once)."""
         trajectories = [t for part in parts for t in part.trajectories]
         prefix = "rollout/tool_calls/"
-        tags = sorted({key[len(prefix) :] for part in parts for key in part.metrics if key.startswith(prefix)})
+        tags = sorted(
+            {key[len(prefix) :] for part in parts for key in part.metrics if key.startswith(prefix)}
+        )
         busy = max((part.metrics.get("rollout/tool_busy_s", 0.0) for part in parts), default=0.0)
         return cls(trajectories, rollout_metrics(trajectories, tags) | {"rollout/tool_busy_s": busy})
 
@@ -74,7 +76,8 @@ def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_res
         raise ValueError(f"rollout.schedule must be one of {SCHEDULES}, got {config.schedule!r}")
     if config.tool_error_policy not in TOOL_ERROR_POLICIES:
         raise ValueError(
-            f"rollout.tool_error_policy must be one of {TOOL_ERROR_POLICIES}, got {config.tool_error_policy!r}"
+            f"rollout.tool_error_policy must be one of {TOOL_ERROR_POLICIES}, "
+            f"got {config.tool_error_policy!r}"
         )
     if config.max_turns < 0:
         raise ValueError(f"rollout.max_turns must be >= 0, got {config.max_turns}")
@@ -83,7 +86,8 @@ def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_res
             raise ValueError(f"rollout.{name} must be >= 1, got {getattr(config, name)}")
     if max_prompt_length < 1 or max_response_length < 1:
         raise ValueError(
-            f"max_prompt_length and max_response_length must be >= 1, got {max_prompt_length}, {max_response_length}"
+            "max_prompt_length and max_response_length must be >= 1, "
+            f"got {max_prompt_length}, {max_response_length}"
         )
 
 
@@ -133,12 +137,18 @@ class LLMGenerationManager:
         """Sampling from the config: temperature/top-p/top-k and ``max_tokens_per_turn``."""
         c = self.config
         return SamplingParams(
-            max_new_tokens=c.max_tokens_per_turn, temperature=c.temperature, top_p=c.top_p, top_k=c.top_k, greedy=greedy
+            max_new_tokens=c.max_tokens_per_turn,
+            temperature=c.temperature,
+            top_p=c.top_p,
+            top_k=c.top_k,
+            greedy=greedy,
         )
 
     # --- entry points ----------------------------------------------------------------
 
-    def run(self, prompts: Sequence[PromptSpec], sampling: SamplingParams | None = None, n: int = 1) -> RolloutResult:
+    def run(
+        self, prompts: Sequence[PromptSpec], sampling: SamplingParams | None = None, n: int = 1
+    ) -> RolloutResult:
         """Synchronous rollout (runs its own event loop); see ``arun``."""
         return asyncio.run(self.arun(prompts, sampling, n))
 
@@ -177,7 +187,9 @@ class LLMGenerationManager:
         if self.config.check_token_drift:
             for t in trajectories:
                 t.token_drift = token_drift(self.tokenizer, t.response_ids)
-        metrics = rollout_metrics(trajectories, self.rules.tool_tags) | {"rollout/tool_busy_s": dispatcher.busy_seconds}
+        metrics = rollout_metrics(trajectories, self.rules.tool_tags) | {
+            "rollout/tool_busy_s": dispatcher.busy_seconds
+        }
         return RolloutResult(trajectories, metrics)
 
     async def _close_tools(self) -> None:

@@ -23,7 +23,9 @@ from agentrl.engines.base import Engine, SamplingParams
 SCHEDULES = ("concurrent", "lockstep")
 
 
-async def run_concurrent(states: Sequence[TrajectoryState], engine: Engine, dispatcher: ToolDispatcher) -> None:
+async def run_concurrent(
+    states: Sequence[TrajectoryState], engine: Engine, dispatcher: ToolDispatcher
+) -> None:
     async def one(state: TrajectoryState) -> None:
         while (request := state.request()) is not None:
             call = state.on_generation(await engine.generate(*request))
@@ -46,7 +48,9 @@ async def run_lockstep(states: Sequence[TrajectoryState], engine: Engine, dispat
         if not requests:
             break
         # One generate_batch per distinct (budget, stop set), each row with its own seed.
-        by_params: dict[SamplingParams, list[tuple[TrajectoryState, list[int], int | None]]] = defaultdict(list)
+        by_params: dict[SamplingParams, list[tuple[TrajectoryState, list[int], int | None]]] = defaultdict(
+            list
+        )
         for state, (ids, params) in requests:
             by_params[replace(params, seed=None)].append((state, ids, params.seed))
         calls: dict[str, list[tuple[TrajectoryState, str]]] = defaultdict(list)

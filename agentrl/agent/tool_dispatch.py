@@ -56,13 +56,17 @@ class ToolDispatcher:
         try:
             results = await asyncio.wait_for(tool.execute(list(calls)), timeout=tool.timeout_s)
         except asyncio.TimeoutError:
-            raise ToolTimeout(f"tool {tool.name!r} <{tag}> did not answer within {tool.timeout_s} s") from None
+            raise ToolTimeout(
+                f"tool {tool.name!r} <{tag}> did not answer within {tool.timeout_s} s"
+            ) from None
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self.busy_seconds += time.perf_counter() - self._busy_since
         if len(results) != len(calls):
-            raise RuntimeError(f"tool {tool.name!r} <{tag}> returned {len(results)} results for {len(calls)} calls")
+            raise RuntimeError(
+                f"tool {tool.name!r} <{tag}> returned {len(results)} results for {len(calls)} calls"
+            )
         return list(results)
 
     async def run_batch(self, tag: str, calls: list[str]) -> list[ToolOutcome]:
@@ -72,7 +76,11 @@ class ToolDispatcher:
             if self.policy == "raise":
                 raise
             if len(calls) > 1:
-                return [o for outs in await asyncio.gather(*(self.run_batch(tag, [c]) for c in calls)) for o in outs]
+                return [
+                    o
+                    for outs in await asyncio.gather(*(self.run_batch(tag, [c]) for c in calls))
+                    for o in outs
+                ]
             return [ToolOutcome(None, f"{type(exc).__name__}: {exc}")]
 
     async def call(self, tag: str, content: str) -> ToolOutcome:

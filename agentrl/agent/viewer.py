@@ -30,8 +30,18 @@ pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 0.9em
 
 def render_record(record: dict) -> str:
     """One trajectory as an HTML block."""
-    meta_keys = ("uid", "data_source", "ground_truth", "reward", "num_turns",
-                 "num_invalid_actions", "finished", "truncation", "tool_failures", "token_drift")
+    meta_keys = (
+        "uid",
+        "data_source",
+        "ground_truth",
+        "reward",
+        "num_turns",
+        "num_invalid_actions",
+        "finished",
+        "truncation",
+        "tool_failures",
+        "token_drift",
+    )
     meta = " · ".join(f"<b>{k}</b>: {html.escape(json.dumps(record.get(k)))}" for k in meta_keys)
     spans = "".join(
         f'<span class="{html.escape(s["segment"])}" title="{html.escape(s["segment"])} tokens '
@@ -41,17 +51,21 @@ def render_record(record: dict) -> str:
     prompt = html.escape(record.get("prompt_text", ""))
     return (
         f'<div class="traj"><div class="meta">{meta}</div>'
-        f'<details><summary>prompt ({len(record.get("prompt_ids", []))} tokens)</summary>'
+        f"<details><summary>prompt ({len(record.get('prompt_ids', []))} tokens)</summary>"
         f'<pre class="prompt">{prompt}</pre></details><pre>{spans}</pre></div>'
     )
 
 
 def render_html(records: Iterable[dict], title: str = "agentrl trajectories") -> str:
     body = "\n".join(render_record(r) for r in records)
-    legend = ('<p class="legend"><span class="model">model tokens (trained)</span>'
-              '<span class="observation">observation tokens</span></p>')
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>{legend}{body}</body></html>")
+    legend = (
+        '<p class="legend"><span class="model">model tokens (trained)</span>'
+        '<span class="observation">observation tokens</span></p>'
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>{legend}{body}</body></html>"
+    )
 
 
 def read_dump(path: str | Path, limit: int | None = None) -> list[dict]:
@@ -76,7 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="render at most this many trajectories")
     args = parser.parse_args(argv)
     out = Path(args.out) if args.out else Path(args.dump).with_suffix(".html")
-    out.write_text(render_html(read_dump(args.dump, args.limit), title=Path(args.dump).name), encoding="utf-8")
+    out.write_text(
+        render_html(read_dump(args.dump, args.limit), title=Path(args.dump).name), encoding="utf-8"
+    )
     print(f"wrote {out}")
 
 

@@ -181,13 +181,17 @@ def _check_choices(cfg: ExperimentConfig, problems: list[str]) -> None:
     _check_choice(problems, "actor.rollout.schedule", rollout.schedule, SCHEDULES)
     _check_choice(problems, "actor.rollout.tool_error_policy", rollout.tool_error_policy, TOOL_ERROR_POLICIES)
     if cfg.resources.strategy == "fsdp":
-        problems.append("config key 'resources.strategy': fsdp is not implemented yet; use dp (data parallel)")
+        problems.append(
+            "config key 'resources.strategy': fsdp is not implemented yet; use dp (data parallel)"
+        )
     else:
         _check_choice(problems, "resources.strategy", cfg.resources.strategy, STRATEGIES)
     _check_choice(problems, "trainer.device", cfg.trainer.device, DEVICES)
     for role in ("actor", "critic"):
         _check_choice(problems, f"{role}.dtype", getattr(cfg, role).dtype, sorted(DTYPES))
-        _check_choice(problems, f"{role}.optim.lr_schedule", getattr(cfg, role).optim.lr_schedule, LR_SCHEDULES)
+        _check_choice(
+            problems, f"{role}.optim.lr_schedule", getattr(cfg, role).optim.lr_schedule, LR_SCHEDULES
+        )
     for logger in cfg.trainer.logger:
         _check_choice(problems, "trainer.logger[]", logger, LOGGERS)
 
@@ -201,9 +205,11 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         "actor.rollout.n": rollout.n,
         "actor.rollout.max_tokens_per_turn": rollout.max_tokens_per_turn,
         "actor.rollout.max_obs_length": rollout.max_obs_length,
-        **{f"{role}.update.{key}": getattr(getattr(cfg, role).update, key)
-           for role in ("actor", "critic")
-           for key in ("mini_batch_size", "micro_batch_size", "epochs", "max_tokens_per_micro_batch")},
+        **{
+            f"{role}.update.{key}": getattr(getattr(cfg, role).update, key)
+            for role in ("actor", "critic")
+            for key in ("mini_batch_size", "micro_batch_size", "epochs", "max_tokens_per_micro_batch")
+        },
         "reward.micro_batch_size": cfg.reward.micro_batch_size,
         "trainer.total_steps": cfg.trainer.total_steps,
         "resources.actor_workers": cfg.resources.actor_workers,
@@ -244,7 +250,8 @@ def _check_layout(cfg: ExperimentConfig, problems: list[str]) -> None:
         if workers > 1 and (trajectories % workers or mini % workers):
             problems.append(
                 f"resources.{role}_workers={workers} must divide both the trajectories per step "
-                f"(data.train_batch_size × actor.rollout.n = {trajectories}) and {role}.update.mini_batch_size ({mini})"
+                f"(data.train_batch_size × actor.rollout.n = {trajectories}) "
+                f"and {role}.update.mini_batch_size ({mini})"
             )
     for index, tool in enumerate(rollout.tools):
         if ":" not in tool.class_path and "." not in tool.class_path:
@@ -261,6 +268,9 @@ def _check_files(cfg: ExperimentConfig, problems: list[str]) -> None:
         for path in getattr(cfg.data, key):
             if not Path(path).is_file():
                 problems.append(f"config key 'data.{key}': file '{path}' does not exist")
-    for key, path in (("actor.model_path", cfg.actor.model_path), ("critic.model_path", cfg.critic.model_path)):
+    for key, path in (
+        ("actor.model_path", cfg.actor.model_path),
+        ("critic.model_path", cfg.critic.model_path),
+    ):
         if path and not Path(path).is_dir():
             problems.append(f"config key '{key}': directory '{path}' does not exist")

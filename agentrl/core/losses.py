@@ -68,7 +68,9 @@ def kl_in_reward(
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm_tokens: int | None = None) -> torch.Tensor:
+def agg_loss(
+    loss_mat: torch.Tensor, mask: torch.Tensor, mode: str, norm_tokens: int | None = None
+) -> torch.Tensor:
     """Reduce a ``(B, T)`` loss matrix to a scalar over the unmasked tokens.
 
         token-mean:               Σ_{i,t} m L / Σ_{i,t} m

@@ -86,7 +86,8 @@ def validate_question_record(record: Any, where: str) -> dict[str, Any]:
         raise QADataError(f"{where}: field 'question' must be a non-empty string, got {record['question']!r}")
     if not _is_str_list(record["golden_answers"]):
         raise QADataError(
-            f"{where}: field 'golden_answers' must be a non-empty list of strings, got {record['golden_answers']!r}"
+            f"{where}: field 'golden_answers' must be a non-empty list of strings, "
+            f"got {record['golden_answers']!r}"
         )
     return {**record, "id": str(record["id"])}
 
@@ -134,7 +135,8 @@ def to_training_rows(
         source = data_source or rec.get("dataset")
         if not isinstance(source, str) or not source:
             raise QADataError(
-                f"record {index} (id {rec.get('id')!r}): no data source; pass one or give the record a 'dataset' field"
+                f"record {index} (id {rec.get('id')!r}): no data source; "
+                "pass one or give the record a 'dataset' field"
             )
         rows.append(
             {
@@ -176,7 +178,8 @@ def validate_training_row(row: Any, where: str) -> dict[str, Any]:
     gt = rm.get("ground_truth") if isinstance(rm, dict) else None
     if not isinstance(gt, dict) or not _is_str_list(gt.get("target")):
         raise QADataError(
-            f"{where}: field 'reward_model.ground_truth.target' must be a non-empty list of strings, got {rm!r}"
+            f"{where}: field 'reward_model.ground_truth.target' must be a non-empty list of strings, "
+            f"got {rm!r}"
         )
     if "extra_info" in row and row["extra_info"] is not None and not isinstance(row["extra_info"], dict):
         raise QADataError(f"{where}: field 'extra_info' must be an object, got {row['extra_info']!r}")

@@ -99,7 +99,9 @@ class BatchingEngine(abc.ABC):
         results: list[GenerationResult] = []
         for start in range(0, len(prompts), self.max_batch_size):
             stop = start + self.max_batch_size
-            results.extend(self._run_locked([list(p) for p in prompts[start:stop]], params, seeds[start:stop]))
+            results.extend(
+                self._run_locked([list(p) for p in prompts[start:stop]], params, seeds[start:stop])
+            )
         return results
 
     def _run_locked(

@@ -79,7 +79,9 @@ class HFEngine(BatchingEngine):
         if device is not None and torch.device(device) != param.device:
             model.to(device)
         self.device = torch.device(device) if device is not None else param.device
-        self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else _eos_ids_of(model, tokenizer)
+        self.eos_token_ids = (
+            set(eos_token_ids) if eos_token_ids is not None else _eos_ids_of(model, tokenizer)
+        )
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_token_id = int(pad) if pad is not None else 0  # pad positions are masked anyway
         config = getattr(model, "config", None)
@@ -94,7 +96,9 @@ class HFEngine(BatchingEngine):
         """Load a model directory and wrap it (for serving/evaluation without a trainer)."""
         from agentrl.models.loading import load_causal_lm, load_tokenizer
 
-        return cls(load_causal_lm(path, dtype=dtype, device=device), load_tokenizer(path), device=device, **kwargs)
+        return cls(
+            load_causal_lm(path, dtype=dtype, device=device), load_tokenizer(path), device=device, **kwargs
+        )
 
     # ------------------------------------------------------------------ Engine API
     def update_weights(self, state_dict: dict) -> None:

@@ -57,7 +57,5 @@ def select_tokens(
         scaled = logits / params.temperature
         log_probs = torch.log_softmax(scaled, dim=-1)
         probs = torch.softmax(truncate_logits(scaled, params.top_k, params.top_p), dim=-1)
-        tokens = torch.cat(
-            [torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)]
-        )
+        tokens = torch.cat([torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)])
     return tokens, log_probs.gather(-1, tokens[:, None]).squeeze(-1)

@@ -83,10 +83,13 @@ class ScriptedTurnEngine(ScriptedEngine):
     a request past the end of its script gets eos (the rollout left the script, e.g. an
     earlier turn was cut). Prompts must be distinct: a request is matched by its prefix."""
 
-    def __init__(self, tokenizer: Any, scripts: Mapping[tuple[int, ...], Sequence[str]], max_batch_size: int = 64):
+    def __init__(
+        self, tokenizer: Any, scripts: Mapping[tuple[int, ...], Sequence[str]], max_batch_size: int = 64
+    ):
         super().__init__(tokenizer, max_batch_size)
         self._turns = {
-            key: [list(tokenizer.encode(t, add_special_tokens=False)) for t in turns] for key, turns in scripts.items()
+            key: [list(tokenizer.encode(t, add_special_tokens=False)) for t in turns]
+            for key, turns in scripts.items()
         }
         self._lengths = sorted({len(k) for k in self._turns}, reverse=True)
         self._served: dict[tuple[int, ...], int] = dict.fromkeys(self._turns, 0)

@@ -49,7 +49,6 @@ def _sampled_log_prob(step: Any, token_id: int) -> float:
     return float(entry.logprob if hasattr(entry, "logprob") else entry)
 
 
-
 @contextlib.contextmanager
 def _modules_hidden_from_vllm_kernel_scan(prefixes: tuple[str, ...]) -> Iterator[None]:
     """Hide some already-imported packages from ``sys.modules`` while vLLM starts.
@@ -67,6 +66,7 @@ def _modules_hidden_from_vllm_kernel_scan(prefixes: tuple[str, ...]) -> Iterator
         yield
     finally:
         sys.modules.update(hidden)
+
 
 class VLLMEngine(BatchingEngine):
     """Token-in/token-out generation with vLLM.

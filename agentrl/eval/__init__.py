@@ -5,8 +5,9 @@ model); ``python -m agentrl.eval`` and ``train_scripts/evaluate.sh`` are its com
 """
 
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_questions
-from agentrl.eval.harness import EvalResults, EvalSettings, evaluate, resolve_model_dir
+from agentrl.eval.harness import EvalSettings, evaluate, resolve_model_dir
 from agentrl.eval.prompts import MODES
+from agentrl.eval.results import EvalResults
 from agentrl.eval.store import ResultsStore, SettingsMismatch
 
 __all__ = [

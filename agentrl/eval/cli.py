@@ -26,13 +26,26 @@ from agentrl.eval.report import markdown_table
 
 def build_parser() -> argparse.ArgumentParser:
     d = EvalSettings()
-    p = argparse.ArgumentParser(prog="python -m agentrl.eval", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m agentrl.eval",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--model", required=True, help="model directory or checkpoint dir (step_N with actor/)")
-    p.add_argument("--data", action="append", required=True, metavar="NAME=PATH",
-                   help="QA file (question jsonl or training rows parquet/jsonl); repeat for several")
-    p.add_argument("--require", action="append", default=[], metavar="NAME=FIELD",
-                   help="keep only rows of dataset NAME whose FIELD is truthy; repeatable")
+    p.add_argument(
+        "--data",
+        action="append",
+        required=True,
+        metavar="NAME=PATH",
+        help="QA file (question jsonl or training rows parquet/jsonl); repeat for several",
+    )
+    p.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="NAME=FIELD",
+        help="keep only rows of dataset NAME whose FIELD is truthy; repeatable",
+    )
     p.add_argument("--mode", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument("--retriever-url", default=None, help="the retriever's /retrieve endpoint (rag, agent)")
     p.add_argument("--corpus", default=None, help="label of the retriever's corpus, recorded in the results")
@@ -50,12 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-response-length", type=int, default=d.max_response_length)
     p.add_argument("--max-obs-length", type=int, default=d.max_obs_length)
     p.add_argument("--schedule", default=d.schedule, choices=["lockstep", "concurrent"])
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="questions per rollout call and per flush")
+    p.add_argument(
+        "--batch-size", type=int, default=d.batch_size, help="questions per rollout call and per flush"
+    )
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     p.add_argument("--dtype", default="auto", help="model dtype for the engine (auto, float32, bfloat16)")
     p.add_argument("--max-batch-size", type=int, default=64, help="engine batch cap")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (1 is faster than 2 on a machine shared with other jobs)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (1 is faster than 2 on a machine shared with other jobs)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
@@ -80,22 +99,43 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     settings = EvalSettings(
-        topk=args.topk, max_turns=args.max_turns, greedy=not args.sample, temperature=args.temperature,
-        top_p=args.top_p, top_k=args.top_k, seed=args.seed, max_tokens_per_turn=args.max_tokens_per_turn,
-        max_prompt_length=args.max_prompt_length, max_response_length=args.max_response_length,
-        max_obs_length=args.max_obs_length, schedule=args.schedule, batch_size=args.batch_size,
+        topk=args.topk,
+        max_turns=args.max_turns,
+        greedy=not args.sample,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        max_tokens_per_turn=args.max_tokens_per_turn,
+        max_prompt_length=args.max_prompt_length,
+        max_response_length=args.max_response_length,
+        max_obs_length=args.max_obs_length,
+        schedule=args.schedule,
+        batch_size=args.batch_size,
     )
     specs = _specs(args)
     engine_kwargs = {"max_batch_size": args.max_batch_size, "dtype": args.dtype}
     out = Path(args.out)
     rows = []
     for mode in args.mode:
-        results = evaluate(args.model, None, specs, mode, args.retriever_url, settings=settings, out_dir=out / mode,
-                           engine=args.engine, engine_kwargs=engine_kwargs, corpus=args.corpus,
-                           progress=not args.no_progress)
+        results = evaluate(
+            args.model,
+            None,
+            specs,
+            mode,
+            args.retriever_url,
+            settings=settings,
+            out_dir=out / mode,
+            engine=args.engine,
+            engine_kwargs=engine_kwargs,
+            corpus=args.corpus,
+            progress=not args.no_progress,
+        )
         rows.extend(results.table_rows())
-        print(f"[{mode}] {json.dumps(results.metrics)} ({results.seconds:.0f} s, {results.resumed} resumed)",
-              file=sys.stderr)
+        print(
+            f"[{mode}] {json.dumps(results.metrics)} ({results.seconds:.0f} s, {results.resumed} resumed)",
+            file=sys.stderr,
+        )
     table = markdown_table(rows, ["dataset", "mode", "retriever"])
     (out / "summary.md").write_text(f"model: `{args.model}`\n\n{table}", encoding="utf-8")
     print(table)

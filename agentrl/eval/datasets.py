@@ -124,7 +124,9 @@ def load_questions(spec: DatasetSpec) -> list[EvalQuestion]:
     else:
         rows = sample_records(_filter(load_qa_rows(path), spec), spec.limit, spec.seed)
     if not rows:
-        raise QADataError(f"{path}: dataset {spec.name!r} has no questions left after filtering by {list(spec.require)}")
+        raise QADataError(
+            f"{path}: dataset {spec.name!r} has no questions left after filtering by {list(spec.require)}"
+        )
     questions, seen = [], set()
     for i, row in enumerate(rows):
         where = f"{path}: row {i + 1}"

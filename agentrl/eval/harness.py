@@ -32,10 +32,9 @@ records written so far are kept and the run resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +48,12 @@ from agentrl.engines import ENGINE_KINDS, SamplingParams, build_engine
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.prompts import MODES, build_prompt
 from agentrl.eval.records import trajectory_record
-from agentrl.eval.report import aggregate, markdown_table, settings_lines
+from agentrl.eval.report import aggregate
+from agentrl.eval.results import EvalResults
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
 
 __all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir"]
 
-METRICS_JSON = "metrics.json"
-METRICS_MD = "metrics.md"
 # Settings that may change between an interrupted run and its continuation.
 RUNTIME_SETTINGS = ("batch_size", "retriever_url", "engine")
 
@@ -106,31 +104,14 @@ class EvalSettings:
     def decoding(self) -> dict[str, Any]:
         if self.greedy:
             return {"greedy": True, "max_tokens_per_turn": self.max_tokens_per_turn}
-        return {"greedy": False, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
-                "seed": self.seed, "max_tokens_per_turn": self.max_tokens_per_turn}
-
-
-@dataclass
-class EvalResults:
-    """What ``evaluate`` returns: the settings header, per-dataset metrics, every record."""
-
-    settings: dict[str, Any]
-    metrics: dict[str, dict[str, float]]
-    records: list[dict[str, Any]]
-    out_dir: Path | None = None
-    seconds: float = 0.0
-    resumed: int = 0  # records found in an existing results file
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def table_rows(self) -> list[dict[str, Any]]:
-        """One row per dataset for ``report.markdown_table``."""
-        retriever = (self.settings.get("retriever") or {}).get("backend") or "–"
-        return [{"dataset": name, "mode": self.settings["mode"], "retriever": retriever, **m}
-                for name, m in self.metrics.items()]
-
-    def to_markdown(self) -> str:
-        table = markdown_table(self.table_rows(), ["dataset", "mode", "retriever"])
-        return table + "\n" + "\n".join(settings_lines(self.settings)) + "\n"
+        return {
+            "greedy": False,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "seed": self.seed,
+            "max_tokens_per_turn": self.max_tokens_per_turn,
+        }
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -146,7 +127,9 @@ def resolve_model_dir(path: str | Path) -> Path:
     )
 
 
-def _open_engine(model: Any, tokenizer: Any, engine: str, engine_kwargs: Mapping[str, Any]) -> tuple[Any, Any, str, bool]:
+def _open_engine(
+    model: Any, tokenizer: Any, engine: str, engine_kwargs: Mapping[str, Any]
+) -> tuple[Any, Any, str, bool]:
     """``(engine, tokenizer, model name, owned)`` from a path, an ``nn.Module`` or an Engine."""
     if isinstance(model, (str, Path)):
         model_dir = resolve_model_dir(model)
@@ -165,7 +148,12 @@ def _open_engine(model: Any, tokenizer: Any, engine: str, engine_kwargs: Mapping
 
     if isinstance(model, torch.nn.Module):
         name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
-        return build_engine("hf", model=model, tokenizer=tokenizer, **engine_kwargs), tokenizer, str(name), True
+        return (
+            build_engine("hf", model=model, tokenizer=tokenizer, **engine_kwargs),
+            tokenizer,
+            str(name),
+            True,
+        )
     raise TypeError(f"evaluate: model must be a path, an nn.Module or an Engine, got {type(model).__name__}")
 
 
@@ -184,7 +172,9 @@ def retriever_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     except RetrieverError as exc:
         raise RuntimeError(f"retriever_url {url!r}: the retriever is not reachable ({exc})") from None
     if not body.get("ready"):
-        raise RuntimeError(f"retriever_url {url!r}: the retriever is not ready (status {body.get('status')!r})")
+        raise RuntimeError(
+            f"retriever_url {url!r}: the retriever is not ready (status {body.get('status')!r})"
+        )
     return {k: body.get(k) for k in ("backend", "corpus_size", "index")}
 
 
@@ -229,13 +219,8 @@ def evaluate(
         model_name, corpus: labels recorded in the settings (default: the model's path;
             the corpus is what the retriever indexed).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     settings = settings or EvalSettings()
-    specs = [d if isinstance(d, DatasetSpec) else DatasetSpec(Path(d).parent.name or Path(d).stem, str(d))
-             for d in datasets]
-    if not specs:
-        raise ValueError("evaluate: no datasets given")
+    specs = _dataset_specs(mode, datasets)
     retriever = None
     if mode != "direct":
         if not retriever_url:
@@ -244,33 +229,102 @@ def evaluate(
     data = load_all(specs)  # before the model: a bad data file fails in seconds
 
     eng, tokenizer, default_name, owned = _open_engine(model, tokenizer, engine, dict(engine_kwargs or {}))
-    header = {
+    header = _header(
+        mode,
+        settings,
+        specs,
+        data,
+        model_name or default_name,
+        engine if owned else type(eng).__name__,
+        retriever,
+        retriever_url,
+    )
+    out = Path(out_dir) if out_dir is not None else None
+    store = ResultsStore(out / PREDICTIONS_FILE, header, ignore=RUNTIME_SETTINGS) if out else None
+    records: list[dict[str, Any]] = list(store.records) if store else []
+    resumed, done = len(records), store.done if store else set()
+    pending = [q for qs in data.values() for q in qs if (q.dataset, q.id) not in done]
+    total = sum(len(qs) for qs in data.values())
+    manager = _manager(eng, tokenizer, mode, settings, retriever_url)
+    start = time.perf_counter()
+    bar = tqdm(
+        total=total,
+        initial=total - len(pending),
+        desc=f"eval {mode}",
+        unit="q",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    try:
+        for new in _score_in_chunks(manager, tokenizer, mode, pending, settings, retriever_url):
+            if store:
+                store.append(new)
+            records.extend(new)
+            bar.update(len(new))
+            bar.set_postfix(em=f"{sum(r['em'] for r in records) / len(records):.3f}")
+    finally:
+        bar.close()
+        if owned:
+            eng.shutdown()
+
+    order = {(q.dataset, q.id): k for k, q in enumerate(q for qs in data.values() for q in qs)}
+    records.sort(key=lambda r: order.get((r["dataset"], r["id"]), len(order)))
+    results = EvalResults(header, aggregate(records), records, out, time.perf_counter() - start, resumed)
+    if out:
+        results.write(out)
+    return results
+
+
+def _dataset_specs(mode: str, datasets: Sequence[DatasetSpec | str | Path]) -> list[DatasetSpec]:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    specs = [
+        d if isinstance(d, DatasetSpec) else DatasetSpec(Path(d).parent.name or Path(d).stem, str(d))
+        for d in datasets
+    ]
+    if not specs:
+        raise ValueError("evaluate: no datasets given")
+    return specs
+
+
+def _header(
+    mode: str,
+    settings: EvalSettings,
+    specs: Sequence[DatasetSpec],
+    data: Mapping[str, list],
+    model_name: str,
+    engine: str,
+    retriever: dict | None,
+    retriever_url: str | None,
+) -> dict[str, Any]:
+    """The settings recorded beside the numbers (and compared when a run resumes)."""
+    return {
         "mode": mode,
-        "model": model_name or default_name,
-        "engine": engine if owned else type(eng).__name__,
+        "model": model_name,
+        "engine": engine,
         "retriever": retriever,
         "retriever_url": retriever_url if retriever else None,
         "topk": settings.topk if mode != "direct" else None,
         "max_turns": settings.max_turns if mode == "agent" else 0,
         "decoding": settings.decoding(),
-        "budgets": {"max_prompt_length": settings.max_prompt_length,
-                    "max_response_length": settings.max_response_length,
-                    "max_obs_length": settings.max_obs_length if mode == "agent" else None},
+        "budgets": {
+            "max_prompt_length": settings.max_prompt_length,
+            "max_response_length": settings.max_response_length,
+            "max_obs_length": settings.max_obs_length if mode == "agent" else None,
+        },
         "schedule": settings.schedule,
         "batch_size": settings.batch_size,
         "datasets": {s.name: s.describe() | {"questions": len(data[s.name])} for s in specs},
     }
-    out = Path(out_dir) if out_dir is not None else None
-    store = ResultsStore(out / PREDICTIONS_FILE, header, ignore=RUNTIME_SETTINGS) if out else None
-    records: list[dict[str, Any]] = list(store.records) if store else []
-    done = store.done if store else set()
-    resumed = len(records)
-    pending = [q for qs in data.values() for q in qs if (q.dataset, q.id) not in done]
-    total = sum(len(qs) for qs in data.values())
 
+
+def _manager(eng: Any, tokenizer: Any, mode: str, settings: EvalSettings, retriever_url: str | None):
+    """The rollout every mode goes through; only the agent gets the search tool and turns."""
     tools = {}
     if mode == "agent":
-        tools = {"search": SearchTool(retriever_url, topk=settings.topk, timeout_s=settings.retriever_timeout_s)}
+        tools = {
+            "search": SearchTool(retriever_url, topk=settings.topk, timeout_s=settings.retriever_timeout_s)
+        }
     config = RolloutConfig(
         max_turns=settings.max_turns if mode == "agent" else 0,
         max_tokens_per_turn=settings.max_tokens_per_turn,
@@ -282,40 +336,46 @@ def evaluate(
         top_k=settings.top_k,
         tools=[],
     )
-    manager = LLMGenerationManager(eng, tokenizer, config, max_prompt_length=settings.max_prompt_length,
-                                   max_response_length=settings.max_response_length, tools=tools)
-    client = (RetrieverClient(retriever_url, timeout_s=settings.retriever_timeout_s,
-                              deadline_s=3 * settings.retriever_timeout_s) if mode == "rag" else None)
-    start = time.perf_counter()
-    bar = tqdm(total=total, initial=total - len(pending), desc=f"eval {mode}", unit="q", disable=not progress,
-               dynamic_ncols=True)
-    try:
-        for i in range(0, len(pending), settings.batch_size):
-            chunk = pending[i : i + settings.batch_size]
-            docs: list[list[dict] | None] = _retrieve(client, chunk, settings.topk) if client else [None] * len(chunk)
-            prompts = [build_prompt(tokenizer, mode, q, d) for q, d in zip(chunk, docs, strict=True)]
-            trajs = manager.run(prompts, settings.sampling()).trajectories
-            new = [
-                trajectory_record(t, tokenizer, q.golden_answers, dataset=q.dataset, question_id=q.id,
-                                  question=q.question, documents=d)
-                for q, t, d in zip(chunk, trajs, docs, strict=True)
-            ]  # fmt: skip
-            if store:
-                store.append(new)
-            records.extend(new)
-            bar.update(len(chunk))
-            bar.set_postfix(em=f"{sum(r['em'] for r in records) / len(records):.3f}")
-    finally:
-        bar.close()
-        if owned:
-            eng.shutdown()
+    return LLMGenerationManager(
+        eng,
+        tokenizer,
+        config,
+        max_prompt_length=settings.max_prompt_length,
+        max_response_length=settings.max_response_length,
+        tools=tools,
+    )
 
-    order = {(q.dataset, q.id): k for k, q in enumerate(q for qs in data.values() for q in qs)}
-    records.sort(key=lambda r: order.get((r["dataset"], r["id"]), len(order)))
-    results = EvalResults(header, aggregate(records), records, out, time.perf_counter() - start, resumed)
-    if out:
-        summary = {"settings": header, "metrics": results.metrics, "seconds": round(results.seconds, 1),
-                   "resumed_records": resumed}
-        (out / METRICS_JSON).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        (out / METRICS_MD).write_text(results.to_markdown(), encoding="utf-8")
-    return results
+
+def _score_in_chunks(
+    manager: LLMGenerationManager,
+    tokenizer: Any,
+    mode: str,
+    pending: Sequence[EvalQuestion],
+    settings: EvalSettings,
+    retriever_url: str | None,
+) -> Iterator[list[dict[str, Any]]]:
+    """The records of ``pending``, ``settings.batch_size`` questions at a time (rag retrieves first)."""
+    client = None
+    if mode == "rag":
+        client = RetrieverClient(
+            retriever_url, timeout_s=settings.retriever_timeout_s, deadline_s=3 * settings.retriever_timeout_s
+        )
+    for i in range(0, len(pending), settings.batch_size):
+        chunk = pending[i : i + settings.batch_size]
+        docs: list[list[dict] | None] = (
+            _retrieve(client, chunk, settings.topk) if client else [None] * len(chunk)
+        )
+        prompts = [build_prompt(tokenizer, mode, q, d) for q, d in zip(chunk, docs, strict=True)]
+        trajectories = manager.run(prompts, settings.sampling()).trajectories
+        yield [
+            trajectory_record(
+                t,
+                tokenizer,
+                q.golden_answers,
+                dataset=q.dataset,
+                question_id=q.id,
+                question=q.question,
+                documents=d,
+            )
+            for q, t, d in zip(chunk, trajectories, docs, strict=True)
+        ]

@@ -44,7 +44,9 @@ def _question(q: EvalQuestion) -> str:
     return text if text.endswith("?") else text + "?"
 
 
-def render_user_message(mode: str, q: EvalQuestion, documents: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, str]]:
+def render_user_message(
+    mode: str, q: EvalQuestion, documents: Sequence[Mapping[str, Any]] | None = None
+) -> list[dict[str, str]]:
     """The chat messages of one question in ``mode`` (``documents`` only for rag)."""
     if mode == "agent":
         if not q.messages:

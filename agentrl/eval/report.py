@@ -48,12 +48,18 @@ def aggregate(records: Iterable[Mapping[str, Any]], key: str = "dataset") -> dic
     return out
 
 
-def flat_metrics(records: Sequence[Mapping[str, Any]], prefix: str, key: str = "data_source") -> dict[str, float]:
+def flat_metrics(
+    records: Sequence[Mapping[str, Any]], prefix: str, key: str = "data_source"
+) -> dict[str, float]:
     """``{prefix}/all/<metric>`` over every record and ``{prefix}/<group>/<metric>`` per ``key``
     value: the logger's view of an evaluation (the trainer's ``val/*``)."""
     groups = {"all": aggregate([{**r, "_all": "all"} for r in records], key="_all")["all"]}
     groups |= aggregate(records, key=key)
-    return {f"{prefix}/{group}/{name}": value for group, summary in groups.items() for name, value in summary.items()}
+    return {
+        f"{prefix}/{group}/{name}": value
+        for group, summary in groups.items()
+        for name, value in summary.items()
+    }
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], label_columns: Sequence[str]) -> str:
@@ -62,10 +68,14 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], label_columns: Sequence[st
     Each row maps the label columns and the summary keys of :data:`METRICS`; a metric a
     row does not have (``gold in docs`` for direct answers) shows as ``–``.
     """
-    metric_keys = [(key, header, digits) for key, header, digits in METRICS.values()
-                   if any(key in r for r in rows)]
+    metric_keys = [
+        (key, header, digits) for key, header, digits in METRICS.values() if any(key in r for r in rows)
+    ]
     header = [*label_columns, "n", *(h for _, h, _ in metric_keys)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(label_columns) + ["---:"] * (len(header) - len(label_columns))) + "|"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] * len(label_columns) + ["---:"] * (len(header) - len(label_columns))) + "|",
+    ]
     for r in rows:
         cells = [str(r.get(c, "")) for c in label_columns] + [str(int(r.get("n", 0)))]
         cells += [f"{r[key]:.{digits}f}" if key in r else "–" for key, _, digits in metric_keys]

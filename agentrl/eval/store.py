@@ -72,7 +72,9 @@ class ResultsStore:
         except json.JSONDecodeError:
             raise ValueError(f"{self.path}:1: header is not JSON; delete the file to start over") from None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
-            raise ValueError(f"{self.path}:1: not an agentrl evaluation results file (expected format {FORMAT!r})")
+            raise ValueError(
+                f"{self.path}:1: not an agentrl evaluation results file (expected format {FORMAT!r})"
+            )
         diff = settings_diff(header.get("settings") or {}, self.settings, ignore)
         if diff:
             raise SettingsMismatch(
@@ -85,7 +87,9 @@ class ResultsStore:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{self.path}:{lineno}: corrupt record ({exc.msg}); delete the file to start over") from None
+                raise ValueError(
+                    f"{self.path}:{lineno}: corrupt record ({exc.msg}); delete the file to start over"
+                ) from None
             key = (record.get("dataset"), record.get("id"))
             if None in key:
                 raise ValueError(f"{self.path}:{lineno}: record has no 'dataset'/'id'")

@@ -99,7 +99,9 @@ def value_forward(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, position_ids=inputs.position_ids
     )
     width = inputs.responses.shape[1]
-    return _pad_right(values[:, inputs.first_logit : inputs.first_logit + width].float(), inputs.response_width)
+    return _pad_right(
+        values[:, inputs.first_logit : inputs.first_logit + width].float(), inputs.response_width
+    )
 
 
 def micro_batches(batch: Batch, micro_batch_size: int, max_tokens: int | None = None) -> Iterator[Batch]:

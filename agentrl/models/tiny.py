@@ -57,11 +57,10 @@ DEFAULT_TEXTS: tuple[str, ...] = (
     "needed, you can directly provide the answer inside <answer> and </answer>, without "
     "detailed illustrations. For example, <answer> Beijing </answer>.",
     "<think> I need to find the capital of France. </think> <search> capital of France </search>",
-    "<information>Doc 1(Title: \"Paris\") Paris is the capital and largest city of France."
-    "</information>",
+    '<information>Doc 1(Title: "Paris") Paris is the capital and largest city of France.</information>',
     "<think> The documents say Paris. </think> <answer> Paris </answer>",
     "Question: who wrote the novel Pride and Prejudice? <think> I should search. </think> "
-    "<search> author of Pride and Prejudice </search> <information>Doc 1(Title: \"Jane Austen\") "
+    '<search> author of Pride and Prejudice </search> <information>Doc 1(Title: "Jane Austen") '
     "Jane Austen was an English novelist known for Pride and Prejudice.</information> "
     "<answer> Jane Austen </answer>",
     "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a "
@@ -80,7 +79,8 @@ DEFAULT_TEXTS: tuple[str, ...] = (
 )
 
 _PRETOKENIZE_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
+    r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 Arch = Literal["qwen2", "llama"]
@@ -94,7 +94,9 @@ _SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
 }
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path | None = None) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, out_dir: str | Path | None = None
+) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on ``texts`` and wrap it as a transformers fast tokenizer.
 
     Special tokens (never produced by the BPE, stripped by ``skip_special_tokens``):

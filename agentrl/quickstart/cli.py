@@ -1,4 +1,7 @@
-"""The quickstart's command line: arguments, SIGTERM handling and exit codes (0 ok, 1 non-finite numbers, 2 config error)."""
+"""The quickstart's command line: arguments, SIGTERM handling and exit codes.
+
+Exit codes: 0 ok, 1 non-finite numbers in the report, 2 a config error.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +20,11 @@ __all__ = ["main", "parse_args"]
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     import agentrl.quickstart as package
 
-    parser = argparse.ArgumentParser(prog="python -m agentrl.quickstart", description=package.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m agentrl.quickstart",
+        description=package.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", default="runs/quickstart", help="output folder (report.md lands here)")
     parser.add_argument(
         "--short", action="store_true", help="tiny world, a few steps: the same code path in ~2 min"

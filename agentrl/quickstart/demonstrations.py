@@ -57,8 +57,9 @@ def pick_sft_questions(world: World, per_hop: dict[int, int], seed: int) -> list
     return chosen
 
 
-def demonstration_rounds(questions: Sequence[Question], shortcuts_per_demo: float,
-                         seed: int) -> list[list[tuple[Question, list[Turn]]]]:  # fmt: skip
+def demonstration_rounds(
+    questions: Sequence[Question], shortcuts_per_demo: float, seed: int
+) -> list[list[tuple[Question, list[Turn]]]]:
     """The SFT scripts, in rounds of distinct questions (the scripted rollout takes each prompt once).
 
     Round 0 is the oracle solution of every question; the later rounds hold shortcut
@@ -75,9 +76,13 @@ def demonstration_rounds(questions: Sequence[Question], shortcuts_per_demo: floa
     counts = [whole + (rng.random() < part) for _ in questions]
     rounds = [[(q, oracle_trajectory(q)) for q in questions]]
     for r in range(max(counts, default=0)):
-        rounds.append([(q, guess_trajectory(q, q.subject, searches=0))
-                       for q, count in zip(questions, counts, strict=True)
-                       if count > r and q.subject not in q.golden_answers])  # fmt: skip
+        rounds.append(
+            [
+                (q, guess_trajectory(q, q.subject, searches=0))
+                for q, count in zip(questions, counts, strict=True)
+                if count > r and q.subject not in q.golden_answers
+            ]
+        )
     return rounds
 
 
@@ -112,8 +117,14 @@ def _prompts_of(questions: Sequence[Question], tokenizer: Any, config: Any, out:
     return {q.id: p for q, p in zip(questions, prompts, strict=True)}
 
 
-def record_demonstrations(questions: Sequence[Question], shortcuts_per_demo: float, model_dir: Path,
-                          config: Any, out: Path, seed: int) -> Demonstrations:  # fmt: skip
+def record_demonstrations(
+    questions: Sequence[Question],
+    shortcuts_per_demo: float,
+    model_dir: Path,
+    config: Any,
+    out: Path,
+    seed: int,
+) -> Demonstrations:
     """Play every round of :func:`demonstration_rounds` through the real rollout (the retriever of
     ``config``'s search tool must be up) into ``out/sft_data.jsonl``."""
     from agentrl.agent.dump import dump_trajectories
@@ -128,15 +139,20 @@ def record_demonstrations(questions: Sequence[Question], shortcuts_per_demo: flo
     dropped = 0
     for number, scripts in enumerate(demonstration_rounds(questions, shortcuts_per_demo, seed)):
         complete, incomplete = record_scripted_trajectories(
-            [prompt_of[q.id] for q, _ in scripts], [[t.text for t in turns] for _, turns in scripts],
-            tokenizer, config.actor.rollout, max_prompt_length=config.data.max_prompt_length,
+            [prompt_of[q.id] for q, _ in scripts],
+            [[t.text for t in turns] for _, turns in scripts],
+            tokenizer,
+            config.actor.rollout,
+            max_prompt_length=config.data.max_prompt_length,
             max_response_length=config.data.max_response_length,
-        )  # fmt: skip
+        )
         dump_trajectories(complete, sft_file, tokenizer, rewards=[float(number == 0)] * len(complete))
         kept["oracle" if number == 0 else "shortcut"] += len(complete)
         dropped += len(incomplete)
-    print(f"  {kept['oracle']} oracle + {kept['shortcut']} shortcut demonstrations "
-          f"({dropped} dropped: cut by a length limit)")  # fmt: skip
+    print(
+        f"  {kept['oracle']} oracle + {kept['shortcut']} shortcut demonstrations "
+        f"({dropped} dropped: cut by a length limit)"
+    )
     if not kept["oracle"]:
         raise RuntimeError("no complete oracle demonstration: raise max_tokens_per_turn / max_obs_length")
     return Demonstrations(sft_file, kept["oracle"], kept["shortcut"], dropped)

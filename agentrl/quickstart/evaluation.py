@@ -63,13 +63,20 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
     for r in records:
         for group in ("all", hop_label(str(r["data_source"]))):
             finished.setdefault(group, []).append(float(r["finished"]))
-    return {group: {"em": float(summary["em"]), "searches": float(summary["searches"]),
-                    "finished": sum(finished[group]) / len(finished[group]), "n": float(summary["n"])}
-            for group, summary in groups.items()}  # fmt: skip
+    return {
+        group: {
+            "em": float(summary["em"]),
+            "searches": float(summary["searches"]),
+            "finished": sum(finished[group]) / len(finished[group]),
+            "n": float(summary["n"]),
+        }
+        for group, summary in groups.items()
+    }
 
 
-def evaluate_policy(model_dir: str | Path, rows_file: str | Path, config: Any, limit: int | None = None,
-                    seed: int = 0) -> dict[str, dict[str, float]]:  # fmt: skip
+def evaluate_policy(
+    model_dir: str | Path, rows_file: str | Path, config: Any, limit: int | None = None, seed: int = 0
+) -> dict[str, dict[str, float]]:
     """Greedy agent rollouts of the policy in ``model_dir`` on the QA rows of ``rows_file``, summarised.
 
     Runs ``agentrl.eval.evaluate`` in agent mode against the retriever of the PPO config's
@@ -79,10 +86,16 @@ def evaluate_policy(model_dir: str | Path, rows_file: str | Path, config: Any, l
     from agentrl.eval import DatasetSpec, evaluate
 
     results = evaluate(
-        model_dir, None, [DatasetSpec(DATASET, str(rows_file), limit=limit, seed=seed)], "agent",
-        search_options(config)["url"], settings=eval_settings(config, seed), engine="hf",
-        engine_kwargs={"max_batch_size": config.actor.rollout.max_batch_size, "dtype": "float32"}, progress=False,
-    )  # fmt: skip
+        model_dir,
+        None,
+        [DatasetSpec(DATASET, str(rows_file), limit=limit, seed=seed)],
+        "agent",
+        search_options(config)["url"],
+        settings=eval_settings(config, seed),
+        engine="hf",
+        engine_kwargs={"max_batch_size": config.actor.rollout.max_batch_size, "dtype": "float32"},
+        progress=False,
+    )
     return summarize(results.records)
 
 

@@ -116,10 +116,16 @@ def build_model(world: World, profile: Profile, out: Path, seed: int) -> Path:
 
     tokenizer = train_tokenizer(tokenizer_texts(world), profile.vocab_size)
     return build_tiny_causal_lm(
-        tokenizer, out / "model", hidden_size=profile.hidden_size, layers=profile.layers, heads=profile.heads,
-        kv_heads=profile.kv_heads, intermediate_size=profile.intermediate_size,
-        max_position_embeddings=1024, seed=seed,
-    )  # fmt: skip
+        tokenizer,
+        out / "model",
+        hidden_size=profile.hidden_size,
+        layers=profile.layers,
+        heads=profile.heads,
+        kv_heads=profile.kv_heads,
+        intermediate_size=profile.intermediate_size,
+        max_position_embeddings=1024,
+        seed=seed,
+    )
 
 
 def start_retriever(server: Any) -> str:
@@ -129,8 +135,9 @@ def start_retriever(server: Any) -> str:
     return server.retrieve_url
 
 
-def record_sft_data(world: World, model_dir: Path, config: Any, profile: Profile, out: Path,
-                    seed: int) -> Demonstrations:  # fmt: skip
+def record_sft_data(
+    world: World, model_dir: Path, config: Any, profile: Profile, out: Path, seed: int
+) -> Demonstrations:
     """Phase ``sft_data``: oracle and shortcut demonstrations of the picked training questions."""
     questions = pick_sft_questions(world, profile.sft_questions, seed)
     return record_demonstrations(questions, profile.sft_shortcuts_per_demo, model_dir, config, out, seed)
@@ -157,14 +164,19 @@ def train_sft(model_dir: Path, demos: Demonstrations, profile: Profile, out: Pat
     stages = [(load_sft_examples(demos.path, min_reward=1.0), profile.sft_skill_steps, out / "sft_skill")]
     if demos.shortcut and profile.sft_habit_steps:
         stages.append((examples, profile.sft_habit_steps, out / "sft_model"))
-    optim = OptimConfig(lr=profile.sft_lr, warmup_ratio=0.05, lr_schedule="cosine",
-                        min_lr_ratio=profile.sft_min_lr_ratio)  # fmt: skip
+    optim = OptimConfig(
+        lr=profile.sft_lr, warmup_ratio=0.05, lr_schedule="cosine", min_lr_ratio=profile.sft_min_lr_ratio
+    )
     history: list[dict[str, float]] = []
     start_dir = model_dir
     for stage_examples, steps, stage_dir in stages:
         epochs = math.ceil(steps * profile.sft_batch_size / len(stage_examples))
-        sft = SFTTrainer(start_dir, SFTConfig(epochs=epochs, max_steps=steps, batch_size=profile.sft_batch_size,
-                                              seed=seed, optim=optim))  # fmt: skip
+        sft = SFTTrainer(
+            start_dir,
+            SFTConfig(
+                epochs=epochs, max_steps=steps, batch_size=profile.sft_batch_size, seed=seed, optim=optim
+            ),
+        )
         history += sft.fit(stage_examples)
         start_dir = sft.save(stage_dir)
         del sft
@@ -203,8 +215,9 @@ def train_ppo(config: Any, sft_dir: Path) -> Path:
 # --- the run --------------------------------------------------------------------------------
 
 
-def ppo_overrides(profile: Profile, out: Path, model_dir: Path, files: WorldFiles, url: str,
-                  user: Sequence[str], seed: int) -> list[str]:  # fmt: skip
+def ppo_overrides(
+    profile: Profile, out: Path, model_dir: Path, files: WorldFiles, url: str, user: Sequence[str], seed: int
+) -> list[str]:
     """The PPO config overrides: the profile's, the run's paths and retriever, then the user's (which win)."""
     tools = "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '" + url + "', topk: 1}}]"
     base = profile.ppo | {
@@ -233,8 +246,13 @@ def prepare(out_dir: str | Path) -> Path:
     return out
 
 
-def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = FULL, seed: int = 0,
-                   overrides: Sequence[str] = (), preset: str = "ppo") -> QuickstartResult:  # fmt: skip
+def run_quickstart(
+    out_dir: str | Path = "runs/quickstart",
+    profile: Profile = FULL,
+    seed: int = 0,
+    overrides: Sequence[str] = (),
+    preset: str = "ppo",
+) -> QuickstartResult:
     """Run every phase (the package docstring), then write ``report.md`` once; returns the numbers."""
     import ray
 
@@ -244,31 +262,59 @@ def run_quickstart(out_dir: str | Path = "runs/quickstart", profile: Profile = F
     out, clock = prepare(out_dir), PhaseClock(PHASES)
     world, files = clock.run("world", "generating the invented world", make_world, out, profile, seed)
     index_dir = clock.run("index", "building the BM25 index", build_index, files.corpus, out)
-    model_dir = clock.run("model", "training the tokenizer and building a random tiny LM", build_model, world,
-                          profile, out, seed)  # fmt: skip
+    model_dir = clock.run(
+        "model",
+        "training the tokenizer and building a random tiny LM",
+        lambda: build_model(world, profile, out, seed),
+    )
     server = RetrieverProcess(index_dir, log_path=out / "retriever.log")
     # Checked in full before the server starts or anything trains: a bad override fails here, by name.
-    config = load_config(preset, ppo_overrides(profile, out, model_dir, files, server.retrieve_url, overrides,
-                                               seed))  # fmt: skip
+    overrides = ppo_overrides(profile, out, model_dir, files, server.retrieve_url, overrides, seed)
+    config = load_config(preset, overrides)
     limit = profile.eval_limit
     try:
         clock.run("retriever", "starting the retriever server", start_retriever, server)
-        demos = clock.run("sft_data", "playing oracle solutions through the real rollout", record_sft_data, world,
-                          model_dir, config, profile, out, seed)  # fmt: skip
-        sft = clock.run("sft", "supervised warm start: the skill, then the shortcut habit", train_sft, model_dir,
-                        demos, profile, out, seed)  # fmt: skip
-        before = clock.run("eval_sft", "held-out evaluation after SFT", evaluate_heldout, sft.model_dir, files.test,
-                           config, limit, seed)  # fmt: skip
-        ppo_dir = clock.run("ppo", f"{config.algorithm.adv_estimator} on Ray from the SFT model", train_ppo, config,
-                            sft.model_dir)  # fmt: skip
-        after = clock.run("eval_ppo", "held-out evaluation after PPO", evaluate_heldout, ppo_dir, files.test,
-                          config, limit, seed)  # fmt: skip
+        demos = clock.run(
+            "sft_data",
+            "playing oracle solutions through the real rollout",
+            lambda: record_sft_data(world, model_dir, config, profile, out, seed),
+        )
+        sft = clock.run(
+            "sft",
+            "supervised warm start: the skill, then the shortcut habit",
+            lambda: train_sft(model_dir, demos, profile, out, seed),
+        )
+        before = clock.run(
+            "eval_sft",
+            "held-out evaluation after SFT",
+            lambda: evaluate_heldout(sft.model_dir, files.test, config, limit, seed),
+        )
+        ppo_dir = clock.run(
+            "ppo",
+            f"{config.algorithm.adv_estimator} on Ray from the SFT model",
+            lambda: train_ppo(config, sft.model_dir),
+        )
+        after = clock.run(
+            "eval_ppo",
+            "held-out evaluation after PPO",
+            lambda: evaluate_heldout(ppo_dir, files.test, config, limit, seed),
+        )
     finally:
         server.stop()
         if ray.is_initialized():
             ray.shutdown()
-    result = QuickstartResult(out, out / "report.md", before, after, dict(clock.seconds), clock.total, sft.examples,
-                              sft.loss, read_metrics(out / "ppo" / "metrics.jsonl"), demos.shortcut)  # fmt: skip
+    result = QuickstartResult(
+        out,
+        out / "report.md",
+        before,
+        after,
+        dict(clock.seconds),
+        clock.total,
+        sft.examples,
+        sft.loss,
+        read_metrics(out / "ppo" / "metrics.jsonl"),
+        demos.shortcut,
+    )
     write_report(result, profile, config)
     print(f"\nreport: {result.report}  (total {result.total_seconds / 60:.1f} min)")
     return result

@@ -29,7 +29,7 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class Profile:
-    """Everything the quickstart's size and schedule depend on; ``FULL`` and ``SHORT`` are loaded from YAML."""
+    """Everything the quickstart's size and schedule depend on (``FULL`` and ``SHORT`` come from YAML)."""
 
     name: str
     world: dict[str, Any]  # generate_world keyword arguments (seed excluded)

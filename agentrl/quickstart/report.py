@@ -85,8 +85,10 @@ def _plots(result: QuickstartResult, config: Any) -> list[Path]:
     for hop in (1, 2):
         em_series[f"{hop}-hop"] = _series(result.metrics, EM_METRIC.format(group=DATA_SOURCE.format(hop=hop)))
     val_n = config.data.val_limit or "all"
-    return [_plot(out / "reward.png", reward, "Reward during PPO", "reward"),
-            _plot(out / "em.png", em_series, f"Greedy held-out EM during PPO ({val_n} questions)", "EM")]  # fmt: skip
+    return [
+        _plot(out / "reward.png", reward, "Reward during PPO", "reward"),
+        _plot(out / "em.png", em_series, f"Greedy held-out EM during PPO ({val_n} questions)", "EM"),
+    ]
 
 
 def _tables(result: QuickstartResult) -> tuple[str, str]:
@@ -96,17 +98,29 @@ def _tables(result: QuickstartResult) -> tuple[str, str]:
         b, a = result.before.get(key), result.after.get(key)
         if b is None or a is None:
             return ""
-        return (f"| {label} | {int(b['n'])} | {b['em']:.3f} | {a['em']:.3f} | {a['em'] - b['em']:+.3f} "
-                f"| {b['searches']:.2f} | {a['searches']:.2f} |")  # fmt: skip
+        return (
+            f"| {label} | {int(b['n'])} | {b['em']:.3f} | {a['em']:.3f} | {a['em'] - b['em']:+.3f} "
+            f"| {b['searches']:.2f} | {a['searches']:.2f} |"
+        )
 
-    table = "\n".join(filter(None, [
-        "| questions | n | EM after SFT | EM after PPO | Δ EM | searches/q after SFT | searches/q after PPO |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        row("all held-out", "all"), row("single-hop", "hop1"), row("two-hop", "hop2"),
-    ]))  # fmt: skip
-    timing = "\n".join(["| phase | wall time (s) |", "|---|---:|"]
-                       + [f"| {name} | {sec:.1f} |" for name, sec in result.seconds.items()]
-                       + [f"| **total** (until this report was written) | **{result.total_seconds:.1f}** |"])  # fmt: skip
+    table = "\n".join(
+        filter(
+            None,
+            [
+                "| questions | n | EM after SFT | EM after PPO | Δ EM "
+                "| searches/q after SFT | searches/q after PPO |",
+                "|---|---:|---:|---:|---:|---:|---:|",
+                row("all held-out", "all"),
+                row("single-hop", "hop1"),
+                row("two-hop", "hop2"),
+            ],
+        )
+    )
+    timing = "\n".join(
+        ["| phase | wall time (s) |", "|---|---:|"]
+        + [f"| {name} | {sec:.1f} |" for name, sec in result.seconds.items()]
+        + [f"| **total** (until this report was written) | **{result.total_seconds:.1f}** |"]
+    )
     return table, timing
 
 
@@ -115,6 +129,7 @@ def write_report(result: QuickstartResult, profile: Profile, config: Any) -> Pat
     plots = _plots(result, config)
     table, timing = _tables(result)
     steps = int(result.metrics[-1]["step"]) if result.metrics else 0
+    oracle_examples = result.sft_examples - result.sft_shortcut_examples
     text = f"""# agentrl quickstart report
 
 Profile `{profile.name}`, seed {config.seed}, estimator `{config.algorithm.adv_estimator}`,
@@ -124,7 +139,7 @@ cores: wall times grow with the load). Greedy decoding on held-out questions the
 
 {table}
 
-SFT warm start: {profile.sft_skill_steps} steps on the {result.sft_examples - result.sft_shortcut_examples} oracle
+SFT warm start: {profile.sft_skill_steps} steps on the {oracle_examples} oracle
 demonstrations (the skill: search, read, copy the answer), then {profile.sft_habit_steps} steps on those plus
 {result.sft_shortcut_examples} shortcuts that answer at once with the name the question mentions (the habit
 PPO has to unlearn: the SFT model searches only some of the time, and greedy decoding not at all);
@@ -142,9 +157,15 @@ Files: `ppo/metrics.jsonl` (every PPO metric per step), `sft_data.jsonl` (the de
 viewable with `python -m agentrl.agent.viewer`), `sft_model/` and `ppo/checkpoints/` (HF dirs).
 """
     result.report.write_text(text)
-    payload = {"profile": asdict(profile), "before": result.before, "after": result.after,
-               "seconds": result.seconds, "total_seconds": result.total_seconds,
-               "sft_examples": result.sft_examples, "sft_loss": result.sft_loss,
-               "plots": [str(p) for p in plots]}  # fmt: skip
+    payload = {
+        "profile": asdict(profile),
+        "before": result.before,
+        "after": result.after,
+        "seconds": result.seconds,
+        "total_seconds": result.total_seconds,
+        "sft_examples": result.sft_examples,
+        "sft_loss": result.sft_loss,
+        "plots": [str(p) for p in plots],
+    }
     (result.out_dir / "report.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
     return result.report

@@ -95,7 +95,11 @@ def score_batch(
     ``name`` (mixed custom scorers) gets NaN there, so averages can use ``nanmean``.
     """
     n = len(responses)
-    lengths = {"ground_truths": len(ground_truths), "data_sources": len(data_sources), "answers": len(answers)}
+    lengths = {
+        "ground_truths": len(ground_truths),
+        "data_sources": len(data_sources),
+        "answers": len(answers),
+    }
     if extra_infos is not None:
         lengths["extra_infos"] = len(extra_infos)
     for name, length in lengths.items():

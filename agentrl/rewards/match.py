@@ -13,7 +13,14 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["as_gold_list", "cover_exact_match", "exact_match", "f1_score", "gold_in_documents", "normalize_answer"]
+__all__ = [
+    "as_gold_list",
+    "cover_exact_match",
+    "exact_match",
+    "f1_score",
+    "gold_in_documents",
+    "normalize_answer",
+]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation)

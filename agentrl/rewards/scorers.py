@@ -66,8 +66,13 @@ class ScoreInput:
     ) -> ScoreInput:
         """A response that did not come from a rollout: its answer is the last complete
         ``<answer>…</answer>`` outside retrieved documents (``extract_answer``)."""
-        return cls(response_text, ground_truth, data_source, dict(extra_info or {}),
-                   answer=extract_answer(response_text))  # fmt: skip
+        return cls(
+            response_text,
+            ground_truth,
+            data_source,
+            dict(extra_info or {}),
+            answer=extract_answer(response_text),
+        )
 
 
 @dataclass(frozen=True)

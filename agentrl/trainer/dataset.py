@@ -56,7 +56,9 @@ class PromptDataset:
     filtered_overlong: int
 
 
-def build_prompt_dataset(files: list[str], tokenizer: Any, max_prompt_length: int, desc: str = "prompts") -> PromptDataset:
+def build_prompt_dataset(
+    files: list[str], tokenizer: Any, max_prompt_length: int, desc: str = "prompts"
+) -> PromptDataset:
     prompts, overlong = [], 0
     rows = [(path, row) for path in files for row in read_rows(path)]
     for path, row in tqdm(rows, desc=f"tokenizing {desc}", disable=len(rows) < 2000):
@@ -75,7 +77,9 @@ def build_prompt_dataset(files: list[str], tokenizer: Any, max_prompt_length: in
             )
         )
     if not prompts:
-        raise ValueError(f"no usable prompts in {files} ({overlong} longer than max_prompt_length={max_prompt_length})")
+        raise ValueError(
+            f"no usable prompts in {files} ({overlong} longer than max_prompt_length={max_prompt_length})"
+        )
     return PromptDataset(prompts, overlong)
 
 
@@ -86,7 +90,9 @@ class StatefulLoader:
     (epoch, position) reproduces the remaining batches exactly.
     """
 
-    def __init__(self, items: list[Any], batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = True):
+    def __init__(
+        self, items: list[Any], batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = True
+    ):
         if batch_size > len(items):
             raise ValueError(f"batch size {batch_size} exceeds the dataset's {len(items)} prompts")
         self.items = items

@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = load_config(args.preset or ['ppo'], args.overrides)
+        config = load_config(args.preset or ["ppo"], args.overrides)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -47,8 +47,11 @@ def ensure_cluster(config: ExperimentConfig, needed_cpus: float, workers: int) -
         if res.ray_address:
             ray.init(address=res.ray_address)
         else:
-            ray.init(num_cpus=max(int(np.ceil(needed_cpus)), res.num_cpus or os.cpu_count() or 1),
-                     include_dashboard=False, log_to_driver=True)  # fmt: skip
+            ray.init(
+                num_cpus=max(int(np.ceil(needed_cpus)), res.num_cpus or os.cpu_count() or 1),
+                include_dashboard=False,
+                log_to_driver=True,
+            )
     available = ray.cluster_resources().get("CPU", 0.0)
     if available < needed_cpus:
         raise RuntimeError(
@@ -58,7 +61,9 @@ def ensure_cluster(config: ExperimentConfig, needed_cpus: float, workers: int) -
         )
 
 
-def start_roles(config: ExperimentConfig, context: RunContext, use_critic: bool, use_reference: bool) -> Roles:
+def start_roles(
+    config: ExperimentConfig, context: RunContext, use_critic: bool, use_reference: bool
+) -> Roles:
     """Each role's worker group, built from its own config section and the run context."""
     res = config.resources
     needed, workers = cpus_needed(config, use_critic, use_reference)
@@ -68,10 +73,14 @@ def start_roles(config: ExperimentConfig, context: RunContext, use_critic: bool,
     critic = reference = None
     if use_critic:
         # Derived once: the critic starts from the actor's model unless it names its own.
-        critic_section = replace(config.critic, model_path=config.critic.model_path or config.actor.model_path)
+        critic_section = replace(
+            config.critic, model_path=config.critic.model_path or config.actor.model_path
+        )
         critic = WorkerGroup(CriticWorker, (critic_section, context), res.critic_workers, cpu, gpu, "critic")
     if use_reference:
-        reference = WorkerGroup(ReferenceWorker, (config.actor, context), res.actor_workers, cpu, gpu, "reference")
+        reference = WorkerGroup(
+            ReferenceWorker, (config.actor, context), res.actor_workers, cpu, gpu, "reference"
+        )
     reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
     reward = WorkerGroup(reward_cls, (config.reward, context), 1, min(cpu, 0.5), 0.0, "reward")
     return Roles(actor, critic, reference, reward)

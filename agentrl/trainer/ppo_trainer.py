@@ -71,7 +71,9 @@ def step_metrics(batch: Batch, use_critic: bool) -> dict[str, float]:
         "reward/kl_penalized/mean": float(batch["token_level_rewards"].sum(-1).mean()),
         "advantages/mean": float(masked_mean(batch["advantages"], mask)),
         "returns/mean": float(masked_mean(batch["returns"], mask)),
-        "rollout/logprob_diff": float(masked_mean((batch["old_log_probs"] - batch["rollout_log_probs"]).abs(), mask)),
+        "rollout/logprob_diff": float(
+            masked_mean((batch["old_log_probs"] - batch["rollout_log_probs"]).abs(), mask)
+        ),
     }
     if use_critic:
         metrics["critic/values/mean"] = float(masked_mean(batch["values"], mask))
@@ -86,12 +88,18 @@ class PPOTrainer:
         self.estimator = get_advantage_estimator(algo.adv_estimator)
         self.use_critic = self.estimator.needs_critic
         self.use_reference = algo.use_kl_in_reward or actor.use_kl_loss
-        self.kl_ctrl = build_kl_controller(algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
+        self.kl_ctrl = build_kl_controller(
+            algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon
+        )
         self.run_dir = Path(config.trainer.run_dir)
         self.tokenizer = load_tokenizer(actor.model_path)
-        self.train_data = build_prompt_dataset(config.data.train_files, self.tokenizer, config.data.max_prompt_length, "train")
+        self.train_data = build_prompt_dataset(
+            config.data.train_files, self.tokenizer, config.data.max_prompt_length, "train"
+        )
         self.val_data = (
-            build_prompt_dataset(config.data.val_files, self.tokenizer, config.data.max_prompt_length, "validation")
+            build_prompt_dataset(
+                config.data.val_files, self.tokenizer, config.data.max_prompt_length, "validation"
+            )
             if config.data.val_files
             else None
         )
@@ -114,8 +122,9 @@ class PPOTrainer:
         self.init_workers()
         self.resume()
         trainer = self.config.trainer
-        tracker = Tracker(trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name,
-                          asdict(self.config))  # fmt: skip
+        tracker = Tracker(
+            trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name, asdict(self.config)
+        )
         metrics: dict[str, float] = {}
         try:
             if trainer.val_before_train and self.val_data is not None and self.global_step == 0:
@@ -141,7 +150,9 @@ class PPOTrainer:
             # Stage 1: rollout (multi-turn: generate → <search> → retrieve → <information> → …)
             with timer("gen"):
                 rollout = self.generate_sequences(prompts)
-            batch = collate(rollout.trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer)
+            batch = collate(
+                rollout.trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer
+            )
             # Stage 2: make training data
             with timer("old_log_prob"):
                 batch["old_log_probs"] = self.roles.actor.run_sharded("compute_log_prob", batch)
@@ -160,7 +171,13 @@ class PPOTrainer:
             # Stage 3: update
             update_metrics = self.update(batch, timer)
         self.global_step += 1
-        metrics = rollout.metrics | step_metrics(batch, self.use_critic) | reward_metrics | kl_metrics | update_metrics
+        metrics = (
+            rollout.metrics
+            | step_metrics(batch, self.use_critic)
+            | reward_metrics
+            | kl_metrics
+            | update_metrics
+        )
         metrics |= timer.metrics() | self.bookkeeping_metrics(batch, timer.seconds["step"])
         self.check_finite(metrics)
         if self.config.trainer.dump_trajectories:
@@ -180,8 +197,14 @@ class PPOTrainer:
         if not self.use_reference:
             return batch["token_level_scores"], metrics
         algo, mask = self.config.algorithm, batch["response_mask"]
-        rewards, kl = kl_in_reward(batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_probs"], mask,
-                                   self.kl_ctrl.value, algo.kl_penalty)  # fmt: skip
+        rewards, kl = kl_in_reward(
+            batch["token_level_scores"],
+            batch["old_log_probs"],
+            batch["ref_log_probs"],
+            mask,
+            self.kl_ctrl.value,
+            algo.kl_penalty,
+        )
         metrics["kl/mean"] = current_kl = float(masked_mean(kl, mask))
         if not algo.use_kl_in_reward:
             return batch["token_level_scores"], metrics
@@ -217,12 +240,16 @@ class PPOTrainer:
 
     def update_role(self, role: str, method: str, batch: Batch) -> dict[str, float]:
         group = self.roles.critic if role == "critic" else self.roles.actor
-        mini_batch_size = (self.config.critic if role == "critic" else self.config.actor).update.mini_batch_size
+        mini_batch_size = (
+            self.config.critic if role == "critic" else self.config.actor
+        ).update.mini_batch_size
         try:
             return group.run_shards(method, mini_batch_shards(batch, group.world_size, mini_batch_size))
         except ray.exceptions.RayTaskError as error:
             if isinstance(error.cause, NonFiniteLossError):
-                raise TrainingDiverged(f"step {self.global_step + 1}: {error.cause}; no checkpoint written") from None
+                raise TrainingDiverged(
+                    f"step {self.global_step + 1}: {error.cause}; no checkpoint written"
+                ) from None
             raise
 
     def validate(self) -> dict[str, float]:
@@ -252,7 +279,9 @@ class PPOTrainer:
     def check_finite(self, metrics: dict[str, float]) -> None:
         bad = first_non_finite(metrics)
         if bad is not None:
-            raise TrainingDiverged(f"step {self.global_step}: metric '{bad}' is {metrics[bad]}; no checkpoint written")
+            raise TrainingDiverged(
+                f"step {self.global_step}: metric '{bad}' is {metrics[bad]}; no checkpoint written"
+            )
 
     def _due(self, freq: int) -> bool:
         return freq > 0 and self.global_step % freq == 0
@@ -292,7 +321,9 @@ class PPOTrainer:
             },
             partial / "trainer_state.pt",
         )
-        return self.checkpoints.commit(partial, self.global_step, {"experiment": self.config.trainer.experiment_name})
+        return self.checkpoints.commit(
+            partial, self.global_step, {"experiment": self.config.trainer.experiment_name}
+        )
 
     def resume(self) -> None:
         mode = self.config.trainer.resume_mode

@@ -76,7 +76,8 @@ class SFTExample:
             raise ValueError("SFTExample.prompt_ids must not be empty")
         if len(self.response_ids) != len(self.segments):
             raise ValueError(
-                f"SFTExample: response_ids ({len(self.response_ids)}) and segments ({len(self.segments)}) differ in length"
+                f"SFTExample: response_ids ({len(self.response_ids)}) and segments ({len(self.segments)}) "
+                "differ in length"
             )
         bad = sorted(set(self.segments) - {Segment.MODEL, Segment.OBSERVATION})
         if bad:
@@ -132,7 +133,9 @@ def load_sft_examples(path: str | Path, min_reward: float | None = None) -> list
             except ValueError as error:
                 raise ValueError(f"{where}: {error}") from None
     if not examples:
-        raise ValueError(f"{p}: no usable examples" + (f" with reward >= {min_reward}" if min_reward is not None else ""))
+        raise ValueError(
+            f"{p}: no usable examples" + (f" with reward >= {min_reward}" if min_reward is not None else "")
+        )
     return examples
 
 
@@ -168,9 +171,13 @@ def record_scripted_trajectories(
         scripts[key] = list(script)
     engine = ScriptedTurnEngine(tokenizer, scripts)
     manager = LLMGenerationManager(
-        engine, tokenizer, rollout, max_prompt_length=max_prompt_length,
-        max_response_length=max_response_length, tools=tools,
-    )  # fmt: skip
+        engine,
+        tokenizer,
+        rollout,
+        max_prompt_length=max_prompt_length,
+        max_response_length=max_response_length,
+        tools=tools,
+    )
     params = SamplingParams(max_new_tokens=rollout.max_tokens_per_turn, greedy=True)
     trajectories = manager.run(list(prompts), params).trajectories
     complete, incomplete = [], []
@@ -199,8 +206,11 @@ class SFTConfig:
     batch_size: int = 16  # sequences per optimiser step
     micro_batch_size: int = 8  # sequences per forward/backward
     seed: int = 0
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_ratio=0.05, lr_schedule="cosine",
-                                                                    min_lr_ratio=0.1))  # fmt: skip
+    optim: OptimConfig = field(
+        default_factory=lambda: OptimConfig(
+            lr=1e-3, warmup_ratio=0.05, lr_schedule="cosine", min_lr_ratio=0.1
+        )
+    )
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "micro_batch_size"):
@@ -232,7 +242,9 @@ class SFTTrainer:
             raise ValueError(f"{self.model_path}: the tokenizer has no pad token (collate needs one)")
 
     def _batch(self, examples: Sequence[SFTExample]) -> Batch:
-        return collate([e.to_trajectory() for e in examples], pad_token_id=self.tokenizer.pad_token_id).to(self.device)
+        return collate([e.to_trajectory() for e in examples], pad_token_id=self.tokenizer.pad_token_id).to(
+            self.device
+        )
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, float]:
         """Summed NLL over the batch's MODEL tokens (not yet averaged), and that token count."""
@@ -256,9 +268,11 @@ class SFTTrainer:
         return total / max(tokens, 1.0)
 
     def fit(
-        self, examples: Sequence[SFTExample], on_step: Callable[[dict[str, float]], None] | None = None,
+        self,
+        examples: Sequence[SFTExample],
+        on_step: Callable[[dict[str, float]], None] | None = None,
         progress: bool = True,
-    ) -> list[dict[str, float]]:  # fmt: skip
+    ) -> list[dict[str, float]]:
         """Train; returns one metrics dict per optimiser step (``loss`` is that step's token-mean NLL).
 
         Each step is ``optimizer_step`` (the one PPO uses): micro-batches weighted by their
@@ -280,9 +294,16 @@ class SFTTrainer:
                 if step >= total_steps:
                     break
                 batch = self._batch([examples[i] for i in order[first : first + cfg.batch_size]])
-                result = optimizer_step(self.model, optimizer, batch, self.token_mean_nll,
-                                        micro_batch_size=cfg.micro_batch_size, weighting="tokens",
-                                        grad_clip=cfg.optim.grad_clip, what=f"sft step {step + 1}")  # fmt: skip
+                result = optimizer_step(
+                    self.model,
+                    optimizer,
+                    batch,
+                    self.token_mean_nll,
+                    micro_batch_size=cfg.micro_batch_size,
+                    weighting="tokens",
+                    grad_clip=cfg.optim.grad_clip,
+                    what=f"sft step {step + 1}",
+                )
                 scheduler.step()
                 step += 1
                 metrics = {
@@ -339,11 +360,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         config = SFTConfig(
-            epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
-            micro_batch_size=args.micro_batch_size, seed=args.seed,
-            optim=OptimConfig(lr=args.lr, warmup_ratio=args.warmup_ratio, lr_schedule=args.lr_schedule,
-                              weight_decay=args.weight_decay, min_lr_ratio=0.1),
-        )  # fmt: skip
+            epochs=args.epochs,
+            max_steps=args.max_steps,
+            batch_size=args.batch_size,
+            micro_batch_size=args.micro_batch_size,
+            seed=args.seed,
+            optim=OptimConfig(
+                lr=args.lr,
+                warmup_ratio=args.warmup_ratio,
+                lr_schedule=args.lr_schedule,
+                weight_decay=args.weight_decay,
+                min_lr_ratio=0.1,
+            ),
+        )
         examples = load_sft_examples(args.data, args.min_reward)
         trainer = SFTTrainer(args.model, config)
     except (ValueError, FileNotFoundError) as error:
@@ -354,7 +383,16 @@ def main(argv: list[str] | None = None) -> int:
     with (out / "sft_metrics.jsonl").open("w") as log:
         history = trainer.fit(examples, on_step=lambda m: log.write(json.dumps(m) + "\n"))
     trainer.save(out)
-    print(json.dumps({"examples": len(examples), "steps": len(history), "final_loss": history[-1]["loss"], "out": str(out)}))
+    print(
+        json.dumps(
+            {
+                "examples": len(examples),
+                "steps": len(history),
+                "final_loss": history[-1]["loss"],
+                "out": str(out),
+            }
+        )
+    )
     return 0
 
 

@@ -78,7 +78,9 @@ class WandbLogger:
         try:
             import wandb
         except ImportError as error:
-            raise ImportError("trainer.logger includes 'wandb' but wandb is not installed: pip install wandb") from error
+            raise ImportError(
+                "trainer.logger includes 'wandb' but wandb is not installed: pip install wandb"
+            ) from error
         self.run = wandb.init(project=project, name=name, config=config)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -94,7 +96,14 @@ LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
 class Tracker:
     """Fans one metrics dict out to every configured logger."""
 
-    def __init__(self, kinds: list[str], run_dir: str | Path, project: str = "agentrl", name: str = "run", config: dict | None = None):
+    def __init__(
+        self,
+        kinds: list[str],
+        run_dir: str | Path,
+        project: str = "agentrl",
+        name: str = "run",
+        config: dict | None = None,
+    ):
         run_dir = Path(run_dir)
         factories = {
             "console": ConsoleLogger,

@@ -34,8 +34,14 @@ class PolicyWorker(Worker):
 
     trainable = False
 
-    def __init__(self, actor: ActorConfig, context: RunContext, rank: int = 0, world_size: int = 1,
-                 master_port: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        actor: ActorConfig,
+        context: RunContext,
+        rank: int = 0,
+        world_size: int = 1,
+        master_port: int | None = None,
+    ):
         super().__init__(context, rank, world_size, master_port)
         self.actor = actor
         self.model_path = actor.model_path
@@ -52,7 +58,10 @@ class PolicyWorker(Worker):
         update = self.actor.update
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
         return no_grad_over_micro_batches(
-            lambda mb: policy_forward(self.model, mb, self.temperature)[0], batch, update.micro_batch_size, max_tokens
+            lambda mb: policy_forward(self.model, mb, self.temperature)[0],
+            batch,
+            update.micro_batch_size,
+            max_tokens,
         )
 
     def weight_checksum(self) -> float:
@@ -70,8 +79,14 @@ class ReferenceWorker(PolicyWorker):
 class ActorWorker(PolicyWorker, TrainableWorker):
     trainable = True
 
-    def __init__(self, actor: ActorConfig, context: RunContext, rank: int = 0, world_size: int = 1,
-                 master_port: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        actor: ActorConfig,
+        context: RunContext,
+        rank: int = 0,
+        world_size: int = 1,
+        master_port: int | None = None,
+    ):
         super().__init__(actor, context, rank, world_size, master_port)
         if actor.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
@@ -89,7 +104,9 @@ class ActorWorker(PolicyWorker, TrainableWorker):
 
             rollout = self.actor.rollout
             if rollout.engine == "hf":
-                engine = build_engine("hf", model=self.model, tokenizer=self.tokenizer, max_batch_size=rollout.max_batch_size)
+                engine = build_engine(
+                    "hf", model=self.model, tokenizer=self.tokenizer, max_batch_size=rollout.max_batch_size
+                )
             else:
                 engine = build_engine(
                     rollout.engine,

@@ -54,11 +54,15 @@ class RunContext:
 class Worker:
     """Base of the role workers: device, rank, and the optional process group."""
 
-    def __init__(self, context: RunContext, rank: int = 0, world_size: int = 1, master_port: int | None = None):
+    def __init__(
+        self, context: RunContext, rank: int = 0, world_size: int = 1, master_port: int | None = None
+    ):
         self.context = context
         self.rank = rank
         self.world_size = world_size
-        self.device = torch.device("cuda" if context.device == "cuda" and torch.cuda.is_available() else "cpu")
+        self.device = torch.device(
+            "cuda" if context.device == "cuda" and torch.cuda.is_available() else "cpu"
+        )
         threads = os.environ.get("AGENTRL_TORCH_THREADS")
         if threads:
             torch.set_num_threads(int(threads))

@@ -18,11 +18,19 @@ from agentrl.workers.base import RunContext, TrainableWorker
 class CriticWorker(TrainableWorker):
     """``critic.model_path`` must be resolved by the driver (it defaults to the actor's model)."""
 
-    def __init__(self, critic: CriticConfig, context: RunContext, rank: int = 0, world_size: int = 1,
-                 master_port: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        critic: CriticConfig,
+        context: RunContext,
+        rank: int = 0,
+        world_size: int = 1,
+        master_port: int | None = None,
+    ):
         super().__init__(context, rank, world_size, master_port)
         if not critic.model_path:
-            raise ValueError("CriticWorker needs critic.model_path (the driver fills it from actor.model_path)")
+            raise ValueError(
+                "CriticWorker needs critic.model_path (the driver fills it from actor.model_path)"
+            )
         self.critic = critic
         self.model = build_value_model(critic.model_path, dtype=DTYPES[critic.dtype], device=self.device)
         self._setup_optimizer(critic.optim)
@@ -47,7 +55,11 @@ class CriticWorker(TrainableWorker):
             self.critic.loss_agg_mode,
             norm_tokens=self.context.max_response_length,
         )
-        metrics = {**metrics, "vf_loss": loss.detach(), "vpred_mean": masked_mean(values.detach(), micro["response_mask"])}
+        metrics = {
+            **metrics,
+            "vf_loss": loss.detach(),
+            "vpred_mean": masked_mean(values.detach(), micro["response_mask"]),
+        }
         return loss, metrics
 
     def update_critic(self, batch: Batch) -> dict[str, float]:

@@ -95,7 +95,9 @@ class WorkerGroup:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
         if "AGENTRL_TORCH_THREADS" in os.environ:
             env["AGENTRL_TORCH_THREADS"] = os.environ["AGENTRL_TORCH_THREADS"]
-        remote_cls = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env={"env_vars": env})(worker_cls)
+        remote_cls = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env={"env_vars": env})(
+            worker_cls
+        )
         self.workers = [remote_cls.remote(*args, rank, world_size, port) for rank in range(world_size)]
         ray.get([w.ping.remote() for w in self.workers])  # surface constructor errors here, by role
 
@@ -111,7 +113,10 @@ class WorkerGroup:
             return self.run_rank0(method, items, *args, **kwargs)
         shards = _shard(items, self.world_size)
         results = ray.get(
-            [getattr(w, method).remote(shard, *args, **kwargs) for w, shard in zip(self.workers, shards, strict=True)]
+            [
+                getattr(w, method).remote(shard, *args, **kwargs)
+                for w, shard in zip(self.workers, shards, strict=True)
+            ]
         )
         return _combine(results)
 
@@ -120,7 +125,10 @@ class WorkerGroup:
         if len(shards) != self.world_size:
             raise ValueError(f"{len(shards)} shards for a {self.name} group of {self.world_size} ranks")
         results = ray.get(
-            [getattr(w, method).remote(shard, *args, **kwargs) for w, shard in zip(self.workers, shards, strict=True)]
+            [
+                getattr(w, method).remote(shard, *args, **kwargs)
+                for w, shard in zip(self.workers, shards, strict=True)
+            ]
         )
         return _combine(results)
 

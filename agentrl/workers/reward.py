@@ -22,8 +22,14 @@ from agentrl.workers.base import RunContext, Worker
 class RuleRewardWorker(Worker):
     """Scores rendered responses against ground truth with the registry's scorers."""
 
-    def __init__(self, reward: RewardConfig, context: RunContext, rank: int = 0, world_size: int = 1,
-                 master_port: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        reward: RewardConfig,
+        context: RunContext,
+        rank: int = 0,
+        world_size: int = 1,
+        master_port: int | None = None,
+    ):
         super().__init__(context, rank, world_size, master_port)
         self.reward = reward
 
@@ -36,15 +42,23 @@ class RuleRewardWorker(Worker):
             config=self.reward,
             answers=list(batch["answer"]),
         )
-        metrics = {f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values}
+        metrics = {
+            f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values
+        }
         return torch.tensor(scores, dtype=torch.float32), metrics
 
 
 class RewardModelWorker(Worker):
     """A learned reward model: a scalar head read at the last model token of each response."""
 
-    def __init__(self, reward: RewardConfig, context: RunContext, rank: int = 0, world_size: int = 1,
-                 master_port: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        reward: RewardConfig,
+        context: RunContext,
+        rank: int = 0,
+        world_size: int = 1,
+        master_port: int | None = None,
+    ):
         super().__init__(context, rank, world_size, master_port)
         if not reward.reward_model_path:
             raise ValueError("RewardModelWorker needs reward.reward_model_path")
@@ -54,7 +68,9 @@ class RewardModelWorker(Worker):
     def _score(self, micro: Batch) -> torch.Tensor:
         inputs = trim_padding(micro)
         values = self.model(inputs.input_ids, inputs.attention_mask, inputs.position_ids)
-        response_values = values[:, inputs.first_logit + 1 : inputs.first_logit + 1 + inputs.responses.shape[1]]
+        response_values = values[
+            :, inputs.first_logit + 1 : inputs.first_logit + 1 + inputs.responses.shape[1]
+        ]
         last = last_true_index(micro["response_mask"][:, : inputs.responses.shape[1]]).clamp(min=0)
         return response_values.gather(1, last.unsqueeze(1)).squeeze(1).float()
 

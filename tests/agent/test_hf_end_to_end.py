@@ -28,12 +28,21 @@ def hf_engine(tiny_model_dir):
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
 def test_tiny_model_rollout_invariants(hf_engine, tokenizer, retriever_url, schedule):
     engine = RecordingEngine(hf_engine)
-    config = RolloutConfig(schedule=schedule, max_turns=2, max_tokens_per_turn=24, max_obs_length=128,
-                           check_token_drift=True)
-    manager = LLMGenerationManager(engine, tokenizer, config, tools=[SearchTool(retriever_url), CalculatorTool()],
-                                   max_prompt_length=512, max_response_length=160)
-    specs = [question_prompt(tokenizer, q, index=i)
-             for i, q in enumerate(["What is the capital of France?", "Who wrote Pride and Prejudice?"])]
+    config = RolloutConfig(
+        schedule=schedule, max_turns=2, max_tokens_per_turn=24, max_obs_length=128, check_token_drift=True
+    )
+    manager = LLMGenerationManager(
+        engine,
+        tokenizer,
+        config,
+        tools=[SearchTool(retriever_url), CalculatorTool()],
+        max_prompt_length=512,
+        max_response_length=160,
+    )
+    specs = [
+        question_prompt(tokenizer, q, index=i)
+        for i, q in enumerate(["What is the capital of France?", "Who wrote Pride and Prejudice?"])
+    ]
     trajs = manager.run(specs, SamplingParams(max_new_tokens=24, temperature=1.0, seed=7), n=2).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
 

@@ -46,11 +46,15 @@ def test_observation_truncation_keeps_closing_tag(tokenizer):
     long_text = "many words here " * 50
     obs = enc.encode(long_text)
     assert len(obs.ids) == 80
-    assert obs.tokens_cut == len(encode_text(tokenizer, long_text)) - (80 - len(encode_text(tokenizer, "\n\n<information>")) - len(encode_text(tokenizer, OBS_SUFFIX)))
+    assert obs.tokens_cut == len(encode_text(tokenizer, long_text)) - (
+        80 - len(encode_text(tokenizer, "\n\n<information>")) - len(encode_text(tokenizer, OBS_SUFFIX))
+    )
     assert tokenizer.decode(obs.ids).endswith("</information>\n\n")
 
     final = enc.encode(long_text, final_turn=True)
-    assert len(final.ids) == 80 and tokenizer.decode(final.ids).endswith(FINAL_TURN_NOTE + "</information>\n\n")
+    assert len(final.ids) == 80 and tokenizer.decode(final.ids).endswith(
+        FINAL_TURN_NOTE + "</information>\n\n"
+    )
 
 
 def test_observation_budget_too_small_is_rejected(tokenizer):
@@ -65,7 +69,15 @@ def test_format_documents():
 
 @pytest.mark.parametrize(
     ("expr", "value"),
-    [("3 * (4 + 5)", 27), ("2 ** 10", 1024), ("7 / 2", 3.5), ("-3 + +4", 1), ("17 // 5", 3), ("17 % 5", 2), ("0.1+0.2", 0.1 + 0.2)],
+    [
+        ("3 * (4 + 5)", 27),
+        ("2 ** 10", 1024),
+        ("7 / 2", 3.5),
+        ("-3 + +4", 1),
+        ("17 // 5", 3),
+        ("17 % 5", 2),
+        ("0.1+0.2", 0.1 + 0.2),
+    ],
 )
 def test_calculator_values(expr, value):
     assert evaluate(expr) == value
@@ -100,7 +112,9 @@ def test_calculator_tool_reports_errors_as_text():
 def test_registry_builds_by_dotted_and_colon_path():
     calc = build_tool(ToolConfig("agentrl.agent.tools.calculator.CalculatorTool", {"max_exponent": 5}))
     assert isinstance(calc, CalculatorTool) and calc.max_exponent == 5 and calc.tag == "calculate"
-    search = build_tool({"class_path": "agentrl.agent.tools.search:SearchTool", "options": {"url": "http://x", "topk": 2}})
+    search = build_tool(
+        {"class_path": "agentrl.agent.tools.search:SearchTool", "options": {"url": "http://x", "topk": 2}}
+    )
     assert isinstance(search, SearchTool) and search.topk == 2
     tools = build_tools([ToolConfig(), ToolConfig("agentrl.agent.tools.calculator.CalculatorTool")])
     assert sorted(tools) == ["calculate", "search"]
@@ -129,7 +143,9 @@ def test_messages_are_encoded_through_the_chat_template_or_as_plain_text(tokeniz
 
     messages = [{"role": "user", "content": make_prompt("What is the capital of France?")}]
     text = tokenizer.decode(encode_messages(tokenizer, messages), skip_special_tokens=False)
-    assert text.startswith("<|im_start|>user\nAnswer the question below.") and text.endswith("<|im_start|>assistant\n")
+    assert text.startswith("<|im_start|>user\nAnswer the question below.") and text.endswith(
+        "<|im_start|>assistant\n"
+    )
     assert "Question: What is the capital of France?" in text
     raw = encode_messages(tokenizer, [{"role": "user", "content": "Q: Why?"}], chat=False)
     assert tokenizer.decode(raw, skip_special_tokens=True) == "Q: Why?"

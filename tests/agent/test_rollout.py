@@ -48,13 +48,35 @@ def always_search(context: str) -> str:
     return f"<think>more</think><search> query number {n} </search>"
 
 
-def make_manager(engine, tokenizer, tools, *, schedule="concurrent", max_turns=2, max_obs_length=256,
-                 max_prompt_length=512, max_response_length=1024, max_tokens_per_turn=64, policy="observe"):
-    config = RolloutConfig(schedule=schedule, max_turns=max_turns, max_obs_length=max_obs_length,
-                           max_tokens_per_turn=max_tokens_per_turn, check_token_drift=True,
-                           tool_error_policy=policy)
-    return LLMGenerationManager(engine, tokenizer, config, tools=tools, max_prompt_length=max_prompt_length,
-                                max_response_length=max_response_length)
+def make_manager(
+    engine,
+    tokenizer,
+    tools,
+    *,
+    schedule="concurrent",
+    max_turns=2,
+    max_obs_length=256,
+    max_prompt_length=512,
+    max_response_length=1024,
+    max_tokens_per_turn=64,
+    policy="observe",
+):
+    config = RolloutConfig(
+        schedule=schedule,
+        max_turns=max_turns,
+        max_obs_length=max_obs_length,
+        max_tokens_per_turn=max_tokens_per_turn,
+        check_token_drift=True,
+        tool_error_policy=policy,
+    )
+    return LLMGenerationManager(
+        engine,
+        tokenizer,
+        config,
+        tools=tools,
+        max_prompt_length=max_prompt_length,
+        max_response_length=max_response_length,
+    )
 
 
 def prompts(tokenizer, questions=QUESTIONS, data_source="nq"):
@@ -82,17 +104,23 @@ def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule):
     assert {c.params.stop for c in engine.calls} == {("</search>", "</answer>")}
     assert all(c.batched == (schedule == "lockstep") for c in engine.calls)
     metrics = result.metrics  # the rollout returns its metrics with its trajectories
-    assert metrics == rollout_metrics(trajs, ["search"]) | {"rollout/tool_busy_s": metrics["rollout/tool_busy_s"]}
+    assert metrics == rollout_metrics(trajs, ["search"]) | {
+        "rollout/tool_busy_s": metrics["rollout/tool_busy_s"]
+    }
     assert metrics["rollout/finished"] == 1.0 and metrics["rollout/tool_calls/search"] == 1.0
     assert metrics["rollout/tool_calls"] == 1.0 and metrics["rollout/tool_busy_s"] > 0
     assert all(t.tool_metrics == {"docs": 1.0} for t in trajs) and metrics["rollout/tool/docs"] == 1.0
 
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
-def test_seeded_rollouts_give_every_row_turn_and_step_its_own_random_stream(tokenizer, retriever_url, schedule):
+def test_seeded_rollouts_give_every_row_turn_and_step_its_own_random_stream(
+    tokenizer, retriever_url, schedule
+):
     """8 trajectories x 3 turns sample from 24 distinct seeds; the next step's seed shares none."""
     engine = SeedRecordingEngine(tokenizer, always_search)
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=1)], schedule=schedule, max_turns=2)
+    manager = make_manager(
+        engine, tokenizer, [SearchTool(retriever_url, topk=1)], schedule=schedule, max_turns=2
+    )
     specs = prompts(tokenizer, [*QUESTIONS, "Which planet is the largest?"])
     used = {}
     for base in (1000, 1001, 1000):  # two consecutive training steps, then the first again
@@ -115,25 +143,33 @@ def test_an_answer_split_across_turns_is_rejected_by_the_rollout_and_scores_zero
         return "</answer>" if INVALID_ACTION_HINT in response_part(context) else opened + "<think>"
 
     engine = ScriptedEngine(tokenizer, split_answer)
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=budget)
+    manager = make_manager(
+        engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=budget
+    )
     specs = [PromptSpec(p.prompt_ids, "nq", {"target": ["Paris"]}) for p in prompts(tokenizer, QUESTIONS[:1])]
     (traj,) = manager.run(specs).trajectories
     assert (traj.num_invalid_actions, traj.finished, traj.answer) == (2, False, None)
     batch = collate([traj], tokenizer.pad_token_id, tokenizer)
     assert "<answer> Paris" in batch["response_text"][0] and batch["response_text"][0].endswith("</answer>")
-    scores, metrics = RuleRewardWorker(RewardConfig(), RunContext.from_config(ExperimentConfig())).compute_scores(batch)
+    scores, metrics = RuleRewardWorker(
+        RewardConfig(), RunContext.from_config(ExperimentConfig())
+    ).compute_scores(batch)
     assert scores.tolist() == [0.0] and metrics["reward/has_answer"] == 0.0
 
 
 def test_collate_contract(tokenizer, retriever_url):
     engine = ScriptedEngine(tokenizer, search_then_answer)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)])
-    specs = prompts(tokenizer, ["France?", "Who wrote Pride and Prejudice, the famous English novel of 1813?"])
+    specs = prompts(
+        tokenizer, ["France?", "Who wrote Pride and Prejudice, the famous English novel of 1813?"]
+    )
     trajs = manager.run(specs).trajectories
     batch = collate(trajs, tokenizer.pad_token_id, tokenizer)
     b, p, r = 2, max(len(s.prompt_ids) for s in specs), max(len(t.response_ids) for t in trajs)
     assert batch["prompts"].shape == (b, p) and batch["responses"].shape == (b, r)
-    assert batch["input_ids"].shape == batch["attention_mask"].shape == batch["position_ids"].shape == (b, p + r)
+    assert (
+        batch["input_ids"].shape == batch["attention_mask"].shape == batch["position_ids"].shape == (b, p + r)
+    )
     assert batch["response_segments"].dtype == torch.int8 and batch["response_mask"].dtype == torch.float32
     for i, (spec, t) in enumerate(zip(specs, trajs, strict=True)):
         lp, lr = len(spec.prompt_ids), len(t.response_ids)
@@ -142,13 +178,32 @@ def test_collate_contract(tokenizer, retriever_url):
         assert batch["responses"][i, :lr].tolist() == t.response_ids  # right-padded
         assert batch["attention_mask"][i].tolist() == [0] * (p - lp) + [1] * (lp + lr) + [0] * (r - lr)
         assert batch["position_ids"][i, p - lp :].tolist()[: lp + lr] == list(range(lp + lr))
-        expected_lp = [fake_log_prob(tok) if seg == Segment.MODEL else 0.0
-                       for tok, seg in zip(t.response_ids, t.segments, strict=True)]
+        expected_lp = [
+            fake_log_prob(tok) if seg == Segment.MODEL else 0.0
+            for tok, seg in zip(t.response_ids, t.segments, strict=True)
+        ]
         assert batch["rollout_log_probs"][i, :lr].tolist() == pytest.approx(expected_lp)
-    for key in ("group_id", "uid", "data_source", "ground_truth", "extra_info", "response_text", "num_turns",
-                "tool_calls", "answer", "num_valid_actions", "num_invalid_actions", "finished", "truncated",
-                "obs_truncations", "context_truncated", "response_truncated", "turn_budget_hits", "tool_failures",
-                "token_drift"):
+    for key in (
+        "group_id",
+        "uid",
+        "data_source",
+        "ground_truth",
+        "extra_info",
+        "response_text",
+        "num_turns",
+        "tool_calls",
+        "answer",
+        "num_valid_actions",
+        "num_invalid_actions",
+        "finished",
+        "truncated",
+        "obs_truncations",
+        "context_truncated",
+        "response_truncated",
+        "turn_budget_hits",
+        "tool_failures",
+        "token_drift",
+    ):
         assert key in batch, key
 
 
@@ -201,8 +256,12 @@ def test_invalid_action_gets_hint_and_counts(tokenizer, retriever_url):
 
 
 def test_turn_budget_hit_is_counted(tokenizer, retriever_url):
-    engine = ScriptedEngine(tokenizer, lambda ctx: "<think>" + "very long thoughts " * 20 + "</think><answer> x </answer>")
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=16)
+    engine = ScriptedEngine(
+        tokenizer, lambda ctx: "<think>" + "very long thoughts " * 20 + "</think><answer> x </answer>"
+    )
+    manager = make_manager(
+        engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=16
+    )
     (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     assert t.truncation.turn_budget_hits == 2 and t.num_invalid_actions == 2 and not t.finished
@@ -212,8 +271,11 @@ def test_turn_budget_hit_is_counted(tokenizer, retriever_url):
 def test_observation_truncated_to_max_obs_length_keeps_closing_tag(tokenizer, retriever_url):
     engine = ScriptedEngine(
         tokenizer,
-        lambda ctx: "<search> capital of Germany museums </search>" if "<information>" not in response_part(ctx)
-        else "<answer> Berlin </answer>",
+        lambda ctx: (
+            "<search> capital of Germany museums </search>"
+            if "<information>" not in response_part(ctx)
+            else "<answer> Berlin </answer>"
+        ),
     )
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=3)], max_obs_length=80)
     (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
@@ -226,15 +288,24 @@ def test_observation_truncated_to_max_obs_length_keeps_closing_tag(tokenizer, re
 
 def test_over_long_prompt_is_kept_whole_and_truncation_counted(tokenizer, retriever_url):
     engine = ScriptedEngine(tokenizer, always_search)
-    specs = prompts(tokenizer, [
-        "Tell me about the river that flows north through the valley. " * 4,  # over max_prompt_length
-        QUESTIONS[0],  # within it
-        "Tell me about the river that flows north through the valley. " * 40,  # over the whole budget
-    ])
+    specs = prompts(
+        tokenizer,
+        [
+            "Tell me about the river that flows north through the valley. " * 4,  # over max_prompt_length
+            QUESTIONS[0],  # within it
+            "Tell me about the river that flows north through the valley. " * 40,  # over the whole budget
+        ],
+    )
     max_prompt = len(specs[0].prompt_ids) - 60
     assert len(specs[1].prompt_ids) < max_prompt and len(specs[2].prompt_ids) > max_prompt + 150
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=5,
-                           max_prompt_length=max_prompt, max_response_length=150)
+    manager = make_manager(
+        engine,
+        tokenizer,
+        [SearchTool(retriever_url)],
+        max_turns=5,
+        max_prompt_length=max_prompt,
+        max_response_length=150,
+    )
     trajs = manager.run(specs).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
     for spec, t in zip(specs, trajs, strict=True):
@@ -284,7 +355,9 @@ def test_retriever_down_raise_policy_fails_with_client_error(tokenizer, dead_url
     from agentrl.agent.tools.search_client import RetrieverUnavailable
 
     engine = ScriptedEngine(tokenizer, search_then_answer)
-    manager = make_manager(engine, tokenizer, [SearchTool(dead_url, timeout_s=0.5, max_retries=1)], policy="raise")
+    manager = make_manager(
+        engine, tokenizer, [SearchTool(dead_url, timeout_s=0.5, max_retries=1)], policy="raise"
+    )
     with pytest.raises(RetrieverUnavailable, match=dead_url.replace("/retrieve", "")):
         manager.run(prompts(tokenizer, QUESTIONS[:2]))
 
@@ -341,8 +414,10 @@ def test_tool_failure_raise_policy(tokenizer):
 def test_calculator_plugged_in_by_config(tokenizer, retriever_url):
     config = RolloutConfig(
         max_turns=2,
-        tools=[ToolConfig(options={"url": retriever_url}),
-               ToolConfig("agentrl.agent.tools.calculator:CalculatorTool")],
+        tools=[
+            ToolConfig(options={"url": retriever_url}),
+            ToolConfig("agentrl.agent.tools.calculator:CalculatorTool"),
+        ],
     )
 
     def policy(context: str) -> str:
@@ -364,11 +439,23 @@ def test_calculator_plugged_in_by_config(tokenizer, retriever_url):
 def test_bad_config_is_rejected_by_name(tokenizer):
     engine = ScriptedEngine(tokenizer, search_then_answer)
     with pytest.raises(ValueError, match="rollout.schedule"):
-        LLMGenerationManager(engine, tokenizer, RolloutConfig(schedule="async"), max_prompt_length=8,
-                             max_response_length=8, tools=[])
+        LLMGenerationManager(
+            engine,
+            tokenizer,
+            RolloutConfig(schedule="async"),
+            max_prompt_length=8,
+            max_response_length=8,
+            tools=[],
+        )
     with pytest.raises(ValueError, match="rollout.tool_error_policy"):
-        LLMGenerationManager(engine, tokenizer, RolloutConfig(tool_error_policy="ignore"), max_prompt_length=8,
-                             max_response_length=8, tools=[])
+        LLMGenerationManager(
+            engine,
+            tokenizer,
+            RolloutConfig(tool_error_policy="ignore"),
+            max_prompt_length=8,
+            max_response_length=8,
+            tools=[],
+        )
     manager = make_manager(engine, tokenizer, [])
     with pytest.raises(TypeError, match=r"prompts\[0\] must be a PromptSpec"):
         manager.run([[1, 2, 3]])
@@ -379,14 +466,18 @@ def test_bad_config_is_rejected_by_name(tokenizer):
 def test_dump_and_viewer(tokenizer, retriever_url, tmp_path):
     engine = ScriptedEngine(tokenizer, search_then_answer)
     manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)])
-    trajs = manager.run(prompts(tokenizer, QUESTIONS[:2]), sampling=SamplingParams(max_new_tokens=64)).trajectories
+    trajs = manager.run(
+        prompts(tokenizer, QUESTIONS[:2]), sampling=SamplingParams(max_new_tokens=64)
+    ).trajectories
     path = dump_trajectories(trajs, tmp_path / "dump.jsonl", tokenizer, rewards=[1.0, 0.0], step=3)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(records) == 2 and records[0]["reward"] == 1.0 and records[0]["step"] == 3
     rec = records[0]
     assert rec["loss_mask"] == [int(s == 1) for s in rec["segments"]]
     assert [s["segment"] for s in rec["spans"]] == ["model", "observation", "model"]
-    assert "".join(s["text"] for s in rec["spans"]) == tokenizer.decode(rec["response_ids"], skip_special_tokens=False)
+    assert "".join(s["text"] for s in rec["spans"]) == tokenizer.decode(
+        rec["response_ids"], skip_special_tokens=False
+    )
     assert rec["spans"][1]["text"].startswith("\n\n<information>") and rec["spans"][1]["loss_mask"] == 0
 
     out = tmp_path / "dump.html"

@@ -75,8 +75,12 @@ def test_rule_checks(model_dir, tmp_path):
         load_config("ppo", [])
     with pytest.raises(ConfigError, match="key=value"):
         load_config("ppo", ["actor.model_path"])
-    with pytest.raises(ConfigError, match=r"resources\.actor_workers=2 must divide both the trajectories per step"):
-        load_config("ppo", [f"actor.model_path={model_dir}", "resources.actor_workers=2", "data.train_batch_size=3"])
+    with pytest.raises(
+        ConfigError, match=r"resources\.actor_workers=2 must divide both the trajectories per step"
+    ):
+        load_config(
+            "ppo", [f"actor.model_path={model_dir}", "resources.actor_workers=2", "data.train_batch_size=3"]
+        )
     with pytest.raises(ConfigError, match="preset 'nope' not found"):
         load_config("nope", [])
 
@@ -94,8 +98,15 @@ def test_a_renamed_key_names_its_new_place(model_dir):
 
 
 def test_each_role_has_its_own_update_schedule(model_dir):
-    cfg = load_config("ppo", [f"actor.model_path={model_dir}", "critic.update.shuffle=false",
-                              "critic.update.use_dynamic_bsz=true", "reward.micro_batch_size=2"])  # fmt: skip
+    cfg = load_config(
+        "ppo",
+        [
+            f"actor.model_path={model_dir}",
+            "critic.update.shuffle=false",
+            "critic.update.use_dynamic_bsz=true",
+            "reward.micro_batch_size=2",
+        ],
+    )
     assert cfg.critic.update.shuffle is False and cfg.actor.update.shuffle is True
     assert cfg.critic.update.use_dynamic_bsz and not cfg.actor.update.use_dynamic_bsz
     assert cfg.reward.micro_batch_size == 2
@@ -115,6 +126,12 @@ def test_choice_errors_list_the_owners_choices(model_dir):
     from agentrl.models.optim import LR_SCHEDULES
 
     with pytest.raises(ConfigError) as error:
-        load_config("ppo", [f"actor.model_path={model_dir}", "actor.rollout.schedule=eager",
-                            "critic.optim.lr_schedule=step"])  # fmt: skip
+        load_config(
+            "ppo",
+            [
+                f"actor.model_path={model_dir}",
+                "actor.rollout.schedule=eager",
+                "critic.optim.lr_schedule=step",
+            ],
+        )
     assert str(list(SCHEDULES)) in str(error.value) and str(list(LR_SCHEDULES)) in str(error.value)

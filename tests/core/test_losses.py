@@ -186,4 +186,6 @@ def test_kl_in_the_reward_is_subtracted_on_model_tokens_only_and_the_score_sits_
     torch.testing.assert_close(kl, expected_kl)
     torch.testing.assert_close(rewards, scores - 0.1 * expected_kl)
     assert torch.all(rewards[mask == 0] == scores[mask == 0]), "observations and padding carry no KL"
-    assert rewards[0, 4].item() == pytest.approx(1.0 - 0.1 * 0.0) and rewards[0, 0].item() == pytest.approx(-0.05)
+    assert rewards[0, 4].item() == pytest.approx(1.0 - 0.1 * 0.0) and rewards[0, 0].item() == pytest.approx(
+        -0.05
+    )

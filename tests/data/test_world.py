@@ -148,9 +148,13 @@ def test_guess_trajectory_follows_the_oracle_then_answers_the_guess(world) -> No
     oracle = oracle_trajectory(two_hop)
     for searches in (0, 1):
         turns = guess_trajectory(two_hop, "Nowhere", searches)
-        assert turns[:searches] == oracle[:searches], "the shortcut follows the oracle until it stops searching"
+        assert turns[:searches] == oracle[:searches], (
+            "the shortcut follows the oracle until it stops searching"
+        )
         assert len(turns) == searches + 1 and turns[-1].query is None
-        docs = [f"\n\n<information>Doc 1(Title: x) {s.answer}</information>\n\n" for s in two_hop.chain[:searches]]
+        docs = [
+            f"\n\n<information>Doc 1(Title: x) {s.answer}</information>\n\n" for s in two_hop.chain[:searches]
+        ]
         response = oracle_text(turns, docs)
         assert parse_response(response).well_formed
         assert extract_answer(response) == "Nowhere"
@@ -158,7 +162,10 @@ def test_guess_trajectory_follows_the_oracle_then_answers_the_guess(world) -> No
         # answer where the oracle goes on to search.
         known = "".join(f"{s.need[0].upper()}{s.need[1:]} is {s.answer}. " for s in two_hop.chain[:searches])
         assert turns[-1].text.startswith(f"<think> {known}I already know the answer: Nowhere.")
-        assert oracle[searches].text.startswith(f"<think> {known}") and "I already know" not in oracle[searches].text
+        assert (
+            oracle[searches].text.startswith(f"<think> {known}")
+            and "I already know" not in oracle[searches].text
+        )
     with pytest.raises(ValueError, match=r"searches must be in \[0, 1\]"):
         guess_trajectory(two_hop, "Nowhere", 2)
 

@@ -62,7 +62,11 @@ EngineFactory = Callable[..., object]
         "hf",
         pytest.param(
             "vllm",
-            marks=[pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed")],
+            marks=[
+                pytest.mark.vllm,
+                pytest.mark.slow,
+                pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed"),
+            ],
         ),
     ]
 )
@@ -77,8 +81,12 @@ def engine_factory(request: pytest.FixtureRequest, tiny_dir: Path, tokenizer) ->
         from agentrl.engines.hf import HFEngine
 
         def make_hf(eos_token_ids=None, max_batch_size: int = 16):
-            return HFEngine(load_causal_lm(tiny_dir), tokenizer, max_batch_size=max_batch_size,
-                            eos_token_ids=eos_token_ids)
+            return HFEngine(
+                load_causal_lm(tiny_dir),
+                tokenizer,
+                max_batch_size=max_batch_size,
+                eos_token_ids=eos_token_ids,
+            )
 
         return make_hf
     engine = request.getfixturevalue("_vllm_engine")

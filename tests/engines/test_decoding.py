@@ -21,7 +21,9 @@ def test_incremental_detokenizer_reassembles_multibyte_characters(tokenizer):
 
 
 def test_stop_matcher_reports_the_token_completing_the_stop_string(tokenizer):
-    ids = tokenizer("<think> ok </think> <search> capital of 日本 </search> tail", add_special_tokens=False).input_ids
+    ids = tokenizer(
+        "<think> ok </think> <search> capital of 日本 </search> tail", add_special_tokens=False
+    ).input_ids
     stop_tag = tokenizer.convert_tokens_to_ids("</search>")
     matcher = StopStringMatcher(tokenizer, ("</answer>", "</search>"))
     hits = [matcher.push(i) for i in ids]

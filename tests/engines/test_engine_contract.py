@@ -28,7 +28,9 @@ def prompts(tokenizer) -> list[list[int]]:
     return [tokenizer(t, add_special_tokens=False).input_ids for t in TEXTS]
 
 
-def teacher_forced_log_probs(model, prompt: list[int], result: GenerationResult, temperature: float) -> list[float]:
+def teacher_forced_log_probs(
+    model, prompt: list[int], result: GenerationResult, temperature: float
+) -> list[float]:
     ids = torch.tensor([prompt + result.token_ids])
     with torch.no_grad():
         logits = model(ids).logits[0].float()
@@ -116,7 +118,9 @@ def test_eos_and_length_finish_reasons(engine_factory, prompts):
     assert res.finish_reason == "eos"
     assert res.token_ids == free.token_ids[: first + 1], "the eos token is kept (it is trained)"
 
-    short = run(engine_factory().generate_batch([prompts[0]], SamplingParams(max_new_tokens=3, greedy=True)))[0]
+    short = run(engine_factory().generate_batch([prompts[0]], SamplingParams(max_new_tokens=3, greedy=True)))[
+        0
+    ]
     assert short.finish_reason == "length"
     assert short.token_ids == free.token_ids[:3]
 
@@ -178,7 +182,9 @@ def test_seeded_concurrent_requests_share_a_batch(engine_factory, prompts):
             *(engine.generate(p, SamplingParams(max_new_tokens=4, seed=i)) for i, p in enumerate(prompts[:3]))
         )
 
-    alone = [run(engine.generate(p, SamplingParams(max_new_tokens=4, seed=i))) for i, p in enumerate(prompts[:3])]
+    alone = [
+        run(engine.generate(p, SamplingParams(max_new_tokens=4, seed=i))) for i, p in enumerate(prompts[:3])
+    ]
     middle = engine.stats.coalesced_batches
     together = run(both())
     assert engine.stats.coalesced_batches - middle == 1 and middle - before == 3
@@ -188,13 +194,17 @@ def test_seeded_concurrent_requests_share_a_batch(engine_factory, prompts):
 def test_top_k_one_equals_greedy(engine_factory, prompts):
     engine = engine_factory()
     greedy = run(engine.generate_batch(prompts, GREEDY))
-    top1 = run(engine.generate_batch(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, top_k=1, seed=5)))
+    top1 = run(
+        engine.generate_batch(prompts, SamplingParams(max_new_tokens=12, temperature=1.0, top_k=1, seed=5))
+    )
     assert [r.token_ids for r in top1] == [r.token_ids for r in greedy]
     for g, t in zip(greedy, top1, strict=True):
         assert_log_probs_follow_convention(t, g.log_probs)  # greedy log-probs are at T=1
 
 
-def test_update_weights_changes_outputs_in_place(engine_factory, tokenizer, tiny_dir, tiny_dir_other_weights, prompts):
+def test_update_weights_changes_outputs_in_place(
+    engine_factory, tokenizer, tiny_dir, tiny_dir_other_weights, prompts
+):
     from agentrl.engines.hf import HFEngine
 
     engine = engine_factory()

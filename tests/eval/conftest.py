@@ -15,10 +15,15 @@ from support.toy_search import toy_retriever
 @pytest.fixture(scope="session")
 def questions_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("qa") / "toy.jsonl"
-    path.write_text("".join(
-        json.dumps({"id": i, "question": q, "golden_answers": g, "dataset": "toy", "in_corpus": i != "q6"}) + "\n"
-        for i, q, g in QUESTIONS
-    ))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"id": i, "question": q, "golden_answers": g, "dataset": "toy", "in_corpus": i != "q6"}
+            )
+            + "\n"
+            for i, q, g in QUESTIONS
+        )
+    )
     return path
 
 

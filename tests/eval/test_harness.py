@@ -20,9 +20,29 @@ from agentrl.eval.prompts import build_prompt
 
 SETTINGS = EvalSettings(max_tokens_per_turn=8, max_response_length=96, max_obs_length=96, batch_size=2)
 RECORD_FIELDS = {
-    "dataset", "data_source", "id", "question", "golden_answers", "prediction", "em", "f1", "cover_em", "answered",
-    "retrieval_hit", "num_searches", "tool_calls", "num_turns", "response_tokens", "observation_tokens", "prompt_tokens",
-    "finished", "truncated", "tool_failures", "retrieved_ids", "response", "text_cover_em",
+    "dataset",
+    "data_source",
+    "id",
+    "question",
+    "golden_answers",
+    "prediction",
+    "em",
+    "f1",
+    "cover_em",
+    "answered",
+    "retrieval_hit",
+    "num_searches",
+    "tool_calls",
+    "num_turns",
+    "response_tokens",
+    "observation_tokens",
+    "prompt_tokens",
+    "finished",
+    "truncated",
+    "tool_failures",
+    "retrieved_ids",
+    "response",
+    "text_cover_em",
 }
 
 
@@ -36,10 +56,21 @@ def toy(questions_file: Path, **kw) -> DatasetSpec:
 
 
 @pytest.mark.parametrize("mode", ["direct", "rag", "agent"])
-def test_each_mode_writes_schema_and_metrics_in_range(mode, tiny_model_dir, questions_file, retriever_url, tmp_path):
+def test_each_mode_writes_schema_and_metrics_in_range(
+    mode, tiny_model_dir, questions_file, retriever_url, tmp_path
+):
     out = tmp_path / mode
-    res = evaluate(tiny_model_dir, None, [toy(questions_file)], mode, retriever_url, settings=SETTINGS,
-                   out_dir=out, corpus="toy-passages", progress=False)
+    res = evaluate(
+        tiny_model_dir,
+        None,
+        [toy(questions_file)],
+        mode,
+        retriever_url,
+        settings=SETTINGS,
+        out_dir=out,
+        corpus="toy-passages",
+        progress=False,
+    )
     header, records = read_predictions(out)
     assert header["format"] == "agentrl.eval/predictions-v1"
     s = header["settings"]
@@ -62,7 +93,9 @@ def test_each_mode_writes_schema_and_metrics_in_range(mode, tiny_model_dir, ques
 
     if mode == "direct":
         assert s["retriever"] is None and s["topk"] is None
-        assert all(r["num_searches"] == 0 and r["num_turns"] == 1 and r["retrieval_hit"] is None for r in records)
+        assert all(
+            r["num_searches"] == 0 and r["num_turns"] == 1 and r["retrieval_hit"] is None for r in records
+        )
         assert all(r["observation_tokens"] == 0 and r["retrieved_ids"] is None for r in records)
     elif mode == "rag":
         assert s["retriever"]["backend"] == "bm25" and s["retriever"]["corpus_size"] == 6 and s["topk"] == 3
@@ -71,18 +104,26 @@ def test_each_mode_writes_schema_and_metrics_in_range(mode, tiny_model_dir, ques
         hits = {r["id"]: r["retrieval_hit"] for r in records}
         assert hits["q1"] == 1.0 and hits["q2"] == 1.0  # BM25 finds the passage naming the answer
     else:
-        assert s["max_turns"] == SETTINGS.max_turns and s["budgets"]["max_obs_length"] == SETTINGS.max_obs_length
+        assert (
+            s["max_turns"] == SETTINGS.max_turns and s["budgets"]["max_obs_length"] == SETTINGS.max_obs_length
+        )
         assert all(r["num_turns"] == r["num_searches"] + 1 or not r["finished"] for r in records)
 
 
 def test_prompts_differ_by_mode(tokenizer):
-    q = EvalQuestion("toy", "q1", "What is the capital of France", ("Paris",), "toy",
-                     ({"role": "user", "content": "TRAINING PROMPT: What is the capital of France?"},))
+    q = EvalQuestion(
+        "toy",
+        "q1",
+        "What is the capital of France",
+        ("Paris",),
+        "toy",
+        ({"role": "user", "content": "TRAINING PROMPT: What is the capital of France?"},),
+    )
     docs = [{"id": "d0", "contents": '"Paris"\nParis is the capital of France.'}]
     direct = tokenizer.decode(build_prompt(tokenizer, "direct", q).prompt_ids)
     rag = tokenizer.decode(build_prompt(tokenizer, "rag", q, docs).prompt_ids)
     agent = tokenizer.decode(build_prompt(tokenizer, "agent", q).prompt_ids)
-    assert "Doc 1(Title: \"Paris\") Paris is the capital of France." in rag
+    assert 'Doc 1(Title: "Paris") Paris is the capital of France.' in rag
     assert "Doc 1" not in direct and "<search>" not in direct
     assert "TRAINING PROMPT" in agent and "TRAINING PROMPT" not in direct + rag
     with pytest.raises(ValueError, match="rag mode needs the retrieved documents"):
@@ -102,8 +143,17 @@ def searching_policy(context: str) -> str:
 def test_agent_mode_searches_through_the_manager(tokenizer, questions_file, retriever_url, tmp_path):
     engine = ScriptedEngine(tokenizer, searching_policy)
     settings = EvalSettings(max_tokens_per_turn=64, max_response_length=512, max_obs_length=256, batch_size=3)
-    res = evaluate(engine, tokenizer, [toy(questions_file)], "agent", retriever_url, settings=settings,
-                   out_dir=tmp_path / "agent", model_name="scripted", progress=False)
+    res = evaluate(
+        engine,
+        tokenizer,
+        [toy(questions_file)],
+        "agent",
+        retriever_url,
+        settings=settings,
+        out_dir=tmp_path / "agent",
+        model_name="scripted",
+        progress=False,
+    )
     by_id = {r["id"]: r for r in res.records}
     for r in res.records:
         assert r["num_searches"] == 1 and r["num_turns"] == 2 and r["finished"]
@@ -138,15 +188,27 @@ class CrashingEngine:
         self.engine.shutdown()
 
 
-def test_interrupted_evaluation_resumes_without_duplicates(tiny_model_dir, tokenizer, questions_file, tmp_path):
+def test_interrupted_evaluation_resumes_without_duplicates(
+    tiny_model_dir, tokenizer, questions_file, tmp_path
+):
     spec = [toy(questions_file)]
-    fresh = evaluate(tiny_model_dir, None, spec, "direct", settings=SETTINGS, out_dir=tmp_path / "fresh", progress=False)
+    fresh = evaluate(
+        tiny_model_dir, None, spec, "direct", settings=SETTINGS, out_dir=tmp_path / "fresh", progress=False
+    )
 
     out = tmp_path / "resumed"
     crashing = CrashingEngine(HFEngine.from_pretrained(tiny_model_dir), crash_at=2)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        evaluate(crashing, tokenizer, spec, "direct", settings=SETTINGS, out_dir=out, model_name=str(tiny_model_dir),
-                 progress=False)
+        evaluate(
+            crashing,
+            tokenizer,
+            spec,
+            "direct",
+            settings=SETTINGS,
+            out_dir=out,
+            model_name=str(tiny_model_dir),
+            progress=False,
+        )
     crashing.shutdown()
     _, partial = read_predictions(out)
     assert len(partial) == SETTINGS.batch_size  # the first batch was flushed before the crash
@@ -164,21 +226,40 @@ def test_interrupted_evaluation_resumes_without_duplicates(tiny_model_dir, token
     again = evaluate(tiny_model_dir, None, spec, "direct", settings=SETTINGS, out_dir=out, progress=False)
     assert again.resumed == len(QUESTIONS) and again.metrics == fresh.metrics  # nothing left to run
 
-    with pytest.raises(SettingsMismatch, match=r"decoding: .*max_tokens_per_turn': 8.*max_tokens_per_turn': 9"):
-        evaluate(tiny_model_dir, None, spec, "direct", settings=EvalSettings(max_tokens_per_turn=9, batch_size=2),
-                 out_dir=out, progress=False)
+    with pytest.raises(
+        SettingsMismatch, match=r"decoding: .*max_tokens_per_turn': 8.*max_tokens_per_turn': 9"
+    ):
+        evaluate(
+            tiny_model_dir,
+            None,
+            spec,
+            "direct",
+            settings=EvalSettings(max_tokens_per_turn=9, batch_size=2),
+            out_dir=out,
+            progress=False,
+        )
     with pytest.raises(SettingsMismatch, match="datasets"):
-        evaluate(tiny_model_dir, None, [toy(questions_file, limit=3)], "direct", settings=SETTINGS, out_dir=out,
-                 progress=False)
+        evaluate(
+            tiny_model_dir,
+            None,
+            [toy(questions_file, limit=3)],
+            "direct",
+            settings=SETTINGS,
+            out_dir=out,
+            progress=False,
+        )
 
 
 def test_subsampling_filters_and_errors(questions_file, tmp_path, tiny_model_dir):
     kept = load_questions(toy(questions_file, require=("in_corpus",)))
     assert [q.id for q in kept] == ["q1", "q2", "q3", "q4", "q5"]
     a = load_questions(toy(questions_file, limit=3, seed=1))
-    assert len(a) == 3 and [q.id for q in a] == [q.id for q in load_questions(toy(questions_file, limit=3, seed=1))]
+    assert len(a) == 3 and [q.id for q in a] == [
+        q.id for q in load_questions(toy(questions_file, limit=3, seed=1))
+    ]
     assert {tuple(q.id for q in load_questions(toy(questions_file, limit=3, seed=s))) for s in range(6)} != {
-        tuple(q.id for q in a)}
+        tuple(q.id for q in a)
+    }
     with pytest.raises(QADataError, match="requires field 'nope'"):
         load_questions(toy(questions_file, require=("nope",)))
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
@@ -200,9 +281,28 @@ def test_checkpoint_dir_and_cli(tiny_model_dir, questions_file, retriever_url, t
     (step).mkdir(parents=True)
     (step / "actor").symlink_to(tiny_model_dir, target_is_directory=True)
     out = tmp_path / "cli"
-    argv = ["--model", str(step), "--data", f"toy={questions_file}", "--require", "toy=in_corpus", "--limit", "4",
-            "--mode", "direct", "rag", "--retriever-url", retriever_url, "--out", str(out),
-            "--max-tokens-per-turn", "8", "--batch-size", "4", "--no-progress"]
+    argv = [
+        "--model",
+        str(step),
+        "--data",
+        f"toy={questions_file}",
+        "--require",
+        "toy=in_corpus",
+        "--limit",
+        "4",
+        "--mode",
+        "direct",
+        "rag",
+        "--retriever-url",
+        retriever_url,
+        "--out",
+        str(out),
+        "--max-tokens-per-turn",
+        "8",
+        "--batch-size",
+        "4",
+        "--no-progress",
+    ]
     assert cli_main(argv) == 0
     summary = (out / "summary.md").read_text()
     assert "| toy | direct | – | 4 |" in summary and "| toy | rag | bm25 | 4 |" in summary
@@ -212,9 +312,14 @@ def test_checkpoint_dir_and_cli(tiny_model_dir, questions_file, retriever_url, t
 
 
 def test_real_hotpotqa_sample_is_seeded_and_filtered(shared_data):
-    spec = DatasetSpec("hotpotqa", str(shared_data / "hotpotqa" / "dev.jsonl"), ("all_supporting_in_corpus",), 50, 0)
+    spec = DatasetSpec(
+        "hotpotqa", str(shared_data / "hotpotqa" / "dev.jsonl"), ("all_supporting_in_corpus",), 50, 0
+    )
     qs = load_questions(spec)
     assert len(qs) == 50 and len({q.id for q in qs}) == 50
     assert [q.id for q in qs] == [q.id for q in load_questions(spec)]
-    raw = {json.loads(x)["id"]: json.loads(x) for x in (shared_data / "hotpotqa" / "dev.jsonl").read_text().splitlines()}
+    raw = {
+        json.loads(x)["id"]: json.loads(x)
+        for x in (shared_data / "hotpotqa" / "dev.jsonl").read_text().splitlines()
+    }
     assert all(raw[q.id]["all_supporting_in_corpus"] for q in qs)

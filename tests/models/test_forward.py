@@ -13,13 +13,15 @@ def batch_with_padding() -> Batch:
     prompt_mask = (torch.arange(4) >= torch.tensor([[2], [0]])).long()
     response_mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 0, 0]])
     attention = torch.cat([prompt_mask, response_mask], dim=1)
-    return Batch.from_dict({
-        "input_ids": torch.cat([prompts, responses], dim=1),
-        "attention_mask": attention,
-        "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
-        "responses": responses,
-        "response_mask": response_mask.float(),
-    })
+    return Batch.from_dict(
+        {
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": attention,
+            "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
+            "responses": responses,
+            "response_mask": response_mask.float(),
+        }
+    )
 
 
 def test_trim_drops_all_padding_columns_and_points_at_the_first_response_logit():
@@ -36,8 +38,16 @@ def test_trimmed_log_probs_equal_the_untrimmed_computation(tmp_path):
     batch = batch_with_padding()
     with torch.no_grad():
         trimmed, _ = policy_forward(model, batch, temperature=0.7)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"]).logits[:, 3:8].float() / 0.7
+        logits = (
+            model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"],
+            )
+            .logits[:, 3:8]
+            .float()
+            / 0.7
+        )
         full = torch.log_softmax(logits, -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
     mask = batch["response_mask"].bool()
     torch.testing.assert_close(trimmed[mask], full[mask], atol=1e-5, rtol=1e-5)

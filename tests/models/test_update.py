@@ -32,14 +32,16 @@ def step_gradient(mode: str, **cut) -> torch.Tensor:
     model = linear_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the step leaves the weights alone
     weighting = "tokens" if mode == "token-mean" else "sequences"
-    optimizer_step(model, optimizer, token_batch(LENGTHS, seed=3), squared_error(model, mode), weighting=weighting,
-                   **cut)  # fmt: skip
+    optimizer_step(
+        model, optimizer, token_batch(LENGTHS, seed=3), squared_error(model, mode), weighting=weighting, **cut
+    )
     return model.weight.grad.clone()
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
-@pytest.mark.parametrize("cut", [{"micro_batch_size": 1}, {"micro_batch_size": 4}, {"micro_batch_size": 1,
-                                                                                       "max_tokens": 16}])
+@pytest.mark.parametrize(
+    "cut", [{"micro_batch_size": 1}, {"micro_batch_size": 4}, {"micro_batch_size": 1, "max_tokens": 16}]
+)
 def test_micro_batching_does_not_change_the_gradient(mode, cut):
     whole = step_gradient(mode, micro_batch_size=len(LENGTHS))
     torch.testing.assert_close(step_gradient(mode, **cut), whole, rtol=1e-5, atol=1e-7)
@@ -50,15 +52,26 @@ def test_the_step_loss_is_the_one_loss_over_the_mini_batch():
     batch = token_batch(LENGTHS, seed=3)
     with torch.no_grad():
         expected = squared_error(model, "token-mean")(batch)[0].item()
-    result = optimizer_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch,
-                            squared_error(model, "token-mean"), micro_batch_size=2)  # fmt: skip
+    result = optimizer_step(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        batch,
+        squared_error(model, "token-mean"),
+        micro_batch_size=2,
+    )
     assert result.loss == pytest.approx(expected, rel=1e-6)
 
 
 def test_gradients_are_clipped_to_grad_clip_and_the_norm_before_clipping_is_reported():
     model = linear_model()
-    result = optimizer_step(model, torch.optim.SGD(model.parameters(), lr=0.0), token_batch(LENGTHS, seed=3),
-                            squared_error(model, "token-mean"), micro_batch_size=2, grad_clip=1e-3)  # fmt: skip
+    result = optimizer_step(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        token_batch(LENGTHS, seed=3),
+        squared_error(model, "token-mean"),
+        micro_batch_size=2,
+        grad_clip=1e-3,
+    )
     assert result.grad_norm > 1e-3
     assert model.weight.grad.norm().item() == pytest.approx(1e-3, rel=1e-4)
 
@@ -71,6 +84,12 @@ def test_a_non_finite_loss_stops_the_step_before_the_weights_move():
         return torch.tensor(float("nan"), requires_grad=True), {}
 
     with pytest.raises(NonFiniteLossError, match="actor/loss is nan"):
-        optimizer_step(model, torch.optim.SGD(model.parameters(), lr=1.0), token_batch(LENGTHS), broken,
-                       micro_batch_size=2, what="actor")  # fmt: skip
+        optimizer_step(
+            model,
+            torch.optim.SGD(model.parameters(), lr=1.0),
+            token_batch(LENGTHS),
+            broken,
+            micro_batch_size=2,
+            what="actor",
+        )
     assert torch.equal(model.weight, before)

@@ -31,8 +31,12 @@ SEED = 1234
 def server_process(index_dir: Path, log_path: Path, extra_args: tuple[str, ...] = ()) -> RetrieverProcess:
     """A real ``python -m retriever.server`` subprocess on a free port, logging its
     access log as JSON lines beside ``log_path``."""
-    return RetrieverProcess(index_dir, log_path=log_path, extra_args=extra_args,
-                            access_log=str(log_path.with_suffix(".access.jsonl")))
+    return RetrieverProcess(
+        index_dir,
+        log_path=log_path,
+        extra_args=extra_args,
+        access_log=str(log_path.with_suffix(".access.jsonl")),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -55,15 +59,17 @@ class SubsetSetup:
 
 
 @pytest.fixture(scope="session")
-def subset_index(tmp_path_factory: pytest.TempPathFactory, shared_data: Path, corpus_path: Path,
-                 bm25_index: Path) -> SubsetSetup:
+def subset_index(
+    tmp_path_factory: pytest.TempPathFactory, shared_data: Path, corpus_path: Path, bm25_index: Path
+) -> SubsetSetup:
     """Dense + BM25 over a small but hard corpus: the gold passages of SUBSET_QUESTIONS seeded NQ
     questions, each question's top BM25 passages from the full corpus (hard negatives: lexically
     close, often answer-free), and SUBSET_DISTRACTORS seeded random passages."""
     from retriever.index import open_backend
 
-    questions = load_questions(shared_data / "nq" / "test.jsonl", require="gold_passage_ids",
-                               sample=SUBSET_QUESTIONS, seed=SEED)
+    questions = load_questions(
+        shared_data / "nq" / "test.jsonl", require="gold_passage_ids", sample=SUBSET_QUESTIONS, seed=SEED
+    )
     keep = {pid for q in questions for pid in q["gold_passage_ids"]}
     bm25 = open_backend(bm25_index, "bm25")
     for hits in bm25.search([q["question"] for q in questions], HARD_NEGATIVES):
@@ -72,7 +78,9 @@ def subset_index(tmp_path_factory: pytest.TempPathFactory, shared_data: Path, co
     ids = [json.loads(ln)["id"] for ln in lines]
     rng = random.Random(SEED)
     rest = [ln for ln, i in zip(lines, ids, strict=True) if i not in keep]
-    chosen = [ln for ln, i in zip(lines, ids, strict=True) if i in keep] + rng.sample(rest, SUBSET_DISTRACTORS)
+    chosen = [ln for ln, i in zip(lines, ids, strict=True) if i in keep] + rng.sample(
+        rest, SUBSET_DISTRACTORS
+    )
     rng.shuffle(chosen)
     root = tmp_path_factory.mktemp("subset")
     corpus = root / "corpus.jsonl"
@@ -86,8 +94,9 @@ def subset_index(tmp_path_factory: pytest.TempPathFactory, shared_data: Path, co
 @pytest.fixture(scope="module")
 def bm25_server(bm25_index: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RetrieverProcess]:
     log = tmp_path_factory.mktemp("srv") / "server.log"
-    server = server_process(bm25_index, log, ("--max-topk", "50", "--max-queries-per-request", "32",
-                                              "--max-query-chars", "500")).start()
+    server = server_process(
+        bm25_index, log, ("--max-topk", "50", "--max-queries-per-request", "32", "--max-query-chars", "500")
+    ).start()
     yield server
     server.stop()
 

@@ -29,7 +29,10 @@ def small_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("proc_index")
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(p) + "\n" for p in PASSAGES))
-    assert build_index(["--corpus", str(corpus), "--backend", "bm25", "--out", str(root / "index"), "--quiet"]) == 0
+    assert (
+        build_index(["--corpus", str(corpus), "--backend", "bm25", "--out", str(root / "index"), "--quiet"])
+        == 0
+    )
     return root / "index"
 
 
@@ -54,7 +57,9 @@ def test_serves_when_ready_and_stops_cleanly(small_index: Path, tmp_path: Path):
     with RetrieverProcess(small_index, log_path=tmp_path / "server.log") as server:
         assert server.running and server.health()["ready"] is True
         body = json.dumps({"queries": ["mining company Tavix"], "topk": 1}).encode()
-        request = urllib.request.Request(server.retrieve_url, data=body, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            server.retrieve_url, data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as resp:
             assert json.loads(resp.read())["result"][0][0]["id"] == "p3"
     assert server.proc.returncode == 0, "SIGTERM must drain and exit 0"
@@ -83,8 +88,12 @@ def test_server_dies_with_a_killed_parent(small_index: Path, tmp_path: Path):
         "print(s.proc.pid, s.port, flush=True)\n"
         "time.sleep(600)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     try:
         pid, port = (int(x) for x in parent.stdout.readline().split())
         assert _pid_alive(pid) and _port_open(port)

@@ -70,14 +70,55 @@ def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     out = tmp_path_factory.mktemp("xenc")
-    words = sorted(set(["who", "what", "when", "where", "is", "the", "a", "of", "in", "capital", "france", "paris", "berlin", "germany", "city", "river", "nobel", "prize", "physics", "won", "first"]))
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, *"abcdefghijklmnopqrstuvwxyz",
-             *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]]
+    words = sorted(
+        set(
+            [
+                "who",
+                "what",
+                "when",
+                "where",
+                "is",
+                "the",
+                "a",
+                "of",
+                "in",
+                "capital",
+                "france",
+                "paris",
+                "berlin",
+                "germany",
+                "city",
+                "river",
+                "nobel",
+                "prize",
+                "physics",
+                "won",
+                "first",
+            ]
+        )
+    )
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *words,
+        *"abcdefghijklmnopqrstuvwxyz",
+        *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"],
+    ]
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n")
     BertTokenizerFast(vocab_file=str(out / "vocab.txt")).save_pretrained(out)
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128, num_labels=1)
+    cfg = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+    )
     BertForSequenceClassification(cfg).save_pretrained(out)
     return out
 
@@ -89,18 +130,25 @@ def test_cross_encoder_scores_each_query_only_against_its_own_candidates(tiny_cr
     queries = ["capital of france", "who won the first nobel prize in physics"]
     cands = [
         [Hit("p1", "paris is the capital of france", 1.0), Hit("b1", "berlin city", 0.5)],
-        [Hit("n1", "nobel prize in physics", 1.0), Hit("p1", "paris is the capital of france", 0.9),
-         Hit("r1", "a river in germany", 0.1)],
+        [
+            Hit("n1", "nobel prize in physics", 1.0),
+            Hit("p1", "paris is the capital of france", 0.9),
+            Hit("r1", "a river in germany", 0.1),
+        ],
     ]
     out = rr.rerank(queries, cands, k=2)
     assert [len(o) for o in out] == [2, 2]
     for q, own, ranked in zip(queries, cands, out, strict=True):
         assert {h.doc_id for h in ranked} <= {h.doc_id for h in own}
-        isolated = {h.doc_id: s for h, s in zip(own, rr.score_pairs([(q, h.contents) for h in own]), strict=True)}
+        isolated = {
+            h.doc_id: s for h, s in zip(own, rr.score_pairs([(q, h.contents) for h in own]), strict=True)
+        }
         for h in ranked:  # the batched score equals this query's own (query, passage) score
             assert h.score == pytest.approx(isolated[h.doc_id], abs=1e-4)
         # batching pads differently, so scores agree to float noise, not bit for bit
-        assert [h.score for h in ranked] == pytest.approx(sorted(isolated.values(), reverse=True)[:2], abs=1e-4)
+        assert [h.score for h in ranked] == pytest.approx(
+            sorted(isolated.values(), reverse=True)[:2], abs=1e-4
+        )
     # p1 under query 0 carries query 0's score, which differs from what query 1 would give it
     p1_q0 = next(h.score for h in out[0] if h.doc_id == "p1")
     assert p1_q0 != pytest.approx(rr.score_pairs([(queries[1], cands[0][0].contents)])[0], abs=1e-6)
@@ -109,8 +157,9 @@ def test_cross_encoder_scores_each_query_only_against_its_own_candidates(tiny_cr
 
 
 def test_reranked_backend_via_open_backend(subset_index, tiny_cross_encoder: Path) -> None:
-    backend = open_backend(subset_index.index_dir, "bm25", BackendOptions(rerank_model=str(tiny_cross_encoder),
-                                                                          rerank_depth=8))
+    backend = open_backend(
+        subset_index.index_dir, "bm25", BackendOptions(rerank_model=str(tiny_cross_encoder), rerank_depth=8)
+    )
     assert backend.name == "bm25+rerank"
     q = subset_index.questions[1]["question"]
     first = {h.doc_id for h in backend.first_stage.search([q], 8)[0]}
@@ -132,8 +181,24 @@ def test_hnsw_dense_index_matches_flat_on_a_tiny_corpus(tmp_path: Path, subset_i
     corpus = tmp_path / "c.jsonl"
     corpus.write_text("\n".join(lines) + "\n")
     for kind in ("flat", "hnsw"):
-        assert build_main(["--corpus", str(corpus), "--backend", "dense", "--out", str(tmp_path / kind),
-                           "--index-type", kind, "--hnsw-m", "8", "--quiet"]) == 0
+        assert (
+            build_main(
+                [
+                    "--corpus",
+                    str(corpus),
+                    "--backend",
+                    "dense",
+                    "--out",
+                    str(tmp_path / kind),
+                    "--index-type",
+                    kind,
+                    "--hnsw-m",
+                    "8",
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
     flat, hnsw = open_backend(tmp_path / "flat", "dense"), open_backend(tmp_path / "hnsw", "dense")
     queries = [json.loads(ln)["contents"].split("\n", 1)[1][:200] for ln in lines[:5]]
     for qf, qh, ln in zip(flat.search(queries, 3), hnsw.search(queries, 3), lines[:5], strict=True):

@@ -27,7 +27,9 @@ GOOD = json.dumps({"id": "d0", "contents": '"Title A"\nsome text'})
         ("", "blank line"),
     ],
 )
-def test_malformed_line_is_rejected_with_its_line_number(tmp_path: Path, bad_line: str, expected: str) -> None:
+def test_malformed_line_is_rejected_with_its_line_number(
+    tmp_path: Path, bad_line: str, expected: str
+) -> None:
     path = tmp_path / "c.jsonl"
     path.write_text(GOOD + "\n" + bad_line + "\n" + GOOD + "\n")
     with pytest.raises(CorpusFormatError) as info:
@@ -37,7 +39,9 @@ def test_malformed_line_is_rejected_with_its_line_number(tmp_path: Path, bad_lin
     assert f"{path}:2:" in str(info.value)
 
 
-def test_build_index_cli_reports_the_bad_line_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_build_index_cli_reports_the_bad_line_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     path = tmp_path / "c.jsonl"
     path.write_text(GOOD + "\n" + GOOD + "\n" + '{"id": "x"}\n')
     rc = build_main(["--corpus", str(path), "--backend", "bm25", "--out", str(tmp_path / "idx"), "--quiet"])
@@ -61,8 +65,9 @@ def test_docstore_roundtrip_across_record_batches(tmp_path: Path) -> None:
 
 def test_build_index_summary_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text("".join(json.dumps({"id": f"d{i}", "contents": f'"T{i}"\nword{i} common'}) + "\n"
-                              for i in range(30)))
+    corpus.write_text(
+        "".join(json.dumps({"id": f"d{i}", "contents": f'"T{i}"\nword{i} common'}) + "\n" for i in range(30))
+    )
     out = tmp_path / "idx"
     assert build_main(["--corpus", str(corpus), "--backend", "bm25", "--out", str(out), "--quiet"]) == 0
     line = capsys.readouterr().out

@@ -29,18 +29,38 @@ def test_pyserini_backend_end_to_end(tmp_path: Path) -> None:
 
     docs = tmp_path / "docs"
     docs.mkdir()
-    rows = [{"id": "a", "contents": '"Nobel Prize"\nRöntgen won the first Nobel Prize in Physics in 1901.'},
-            {"id": "b", "contents": '"Paris"\nParis is the capital of France.'}]
+    rows = [
+        {"id": "a", "contents": '"Nobel Prize"\nRöntgen won the first Nobel Prize in Physics in 1901.'},
+        {"id": "b", "contents": '"Paris"\nParis is the capital of France.'},
+    ]
     (docs / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     _prepare_jvm()
     lucene = tmp_path / "lucene"
     # the indexer runs in a child JVM process, so it needs the same two start-up fixes
-    launcher = ("import runpy, sys; from retriever.pyserini_backend import _prepare_jvm; _prepare_jvm(); "
-                "sys.argv = ['pyserini.index.lucene', *sys.argv[1:]]; "
-                "runpy.run_module('pyserini.index.lucene', run_name='__main__')")
-    subprocess.run([sys.executable, "-c", launcher, "--collection", "JsonCollection",
-                    "--input", str(docs), "--index", str(lucene), "--generator", "DefaultLuceneDocumentGenerator",
-                    "--threads", "1", "--storeRaw"], check=True)
+    launcher = (
+        "import runpy, sys; from retriever.pyserini_backend import _prepare_jvm; _prepare_jvm(); "
+        "sys.argv = ['pyserini.index.lucene', *sys.argv[1:]]; "
+        "runpy.run_module('pyserini.index.lucene', run_name='__main__')"
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            launcher,
+            "--collection",
+            "JsonCollection",
+            "--input",
+            str(docs),
+            "--index",
+            str(lucene),
+            "--generator",
+            "DefaultLuceneDocumentGenerator",
+            "--threads",
+            "1",
+            "--storeRaw",
+        ],
+        check=True,
+    )
     write_manifest(tmp_path, {"backends": {"pyserini": {"lucene_index": str(lucene)}}})
     backend = open_backend(tmp_path, "pyserini")
     hits = backend.search(["first nobel prize physics", "capital of france"], 1)

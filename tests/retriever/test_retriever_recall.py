@@ -46,7 +46,11 @@ def test_bm25_recall_floor_nq_sample(bm25_index, shared_data) -> None:
     assert r[1] <= r[3] <= r[5]
 
 
-@pytest.mark.parametrize(("backend", "floors"), [("dense", DENSE_SUBSET_FLOORS), ("hybrid", HYBRID_SUBSET_FLOORS)])
-def test_dense_and_hybrid_recall_floor_on_subset(subset_index, backend: str, floors: dict[int, float]) -> None:
+@pytest.mark.parametrize(
+    ("backend", "floors"), [("dense", DENSE_SUBSET_FLOORS), ("hybrid", HYBRID_SUBSET_FLOORS)]
+)
+def test_dense_and_hybrid_recall_floor_on_subset(
+    subset_index, backend: str, floors: dict[int, float]
+) -> None:
     r = _recall(open_backend(subset_index.index_dir, backend), subset_index.questions)
     assert all(r[k] >= floor for k, floor in floors.items()), r

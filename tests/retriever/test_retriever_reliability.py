@@ -104,14 +104,16 @@ def test_client_api_shapes_and_health(bm25_server) -> None:
     assert health["ready"] is True and health["backend"] == "bm25"
     assert empty == []
     assert [len(r) for r in res] == [4, 4]
-    assert all(set(d) == {"id", "contents", "score"} and isinstance(d["score"], float) for r in res for d in r)
+    assert all(
+        set(d) == {"id", "contents", "score"} and isinstance(d["score"], float) for r in res for d in r
+    )
     assert any("Röntgen" in d["contents"] for d in res[0])
     with pytest.raises(TypeError, match="queries: expected a list"):
         asyncio.run(RetrieverClient(bm25_server.url).retrieve("not a list", 3))  # type: ignore[arg-type]
 
 
 def test_retries_on_5xx_then_succeeds(bm25_server) -> None:
-    """A 503 (overload) from a proxy-like fake in front of the real server is retried, honouring Retry-After."""
+    """A 503 (overload) from a proxy-like fake in front of the real server is retried (after Retry-After)."""
     from aiohttp import ClientSession, web
 
     calls = {"n": 0}
@@ -120,7 +122,10 @@ def test_retries_on_5xx_then_succeeds(bm25_server) -> None:
         calls["n"] += 1
         if calls["n"] <= 2:  # inject two failures, then forward to the real server
             return web.json_response({"error": "busy"}, status=503, headers={"Retry-After": "0.1"})
-        async with ClientSession() as s, s.post(bm25_server.url + "/retrieve", json=await request.json()) as r:
+        async with (
+            ClientSession() as s,
+            s.post(bm25_server.url + "/retrieve", json=await request.json()) as r,
+        ):
             return web.json_response(await r.json(), status=r.status)
 
     async def run():
@@ -148,8 +153,15 @@ def test_client_module_does_not_import_the_retriever_package() -> None:
     import agentrl.agent.tools.search_client as mod
 
     tree = ast.parse(Path(mod.__file__).read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
     assert imported <= {"__future__", "asyncio", "random", "time", "typing", "aiohttp"}

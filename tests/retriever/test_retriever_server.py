@@ -39,8 +39,6 @@ def _get(url: str) -> tuple[int, dict]:
         return exc.code, json.loads(exc.read())
 
 
-
-
 def test_health_reports_backend_size_and_readiness(bm25_server: RetrieverProcess) -> None:
     status, body = _get(bm25_server.url)
     assert status == 200
@@ -54,7 +52,9 @@ def test_retrieve_with_and_without_scores(bm25_server: RetrieverProcess) -> None
     assert status == 200 and len(body["result"]) == 2
     for items in body["result"]:
         assert len(items) == 4
-        assert all(set(it) == {"document", "score"} and set(it["document"]) == {"id", "contents"} for it in items)
+        assert all(
+            set(it) == {"document", "score"} and set(it["document"]) == {"id", "contents"} for it in items
+        )
         assert [it["score"] for it in items] == sorted((it["score"] for it in items), reverse=True)
     status, plain = _post(bm25_server.url, {"queries": qs, "topk": 4, "return_scores": False})
     assert status == 200
@@ -84,7 +84,8 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize(("body", "field"), BAD_INPUTS)
 def test_bad_input_gets_4xx_naming_the_field_then_server_still_serves(
-        bm25_server: RetrieverProcess, body, field: str) -> None:
+    bm25_server: RetrieverProcess, body, field: str
+) -> None:
     status, err = _post(bm25_server.url, body)
     assert 400 <= status < 500, err
     assert err["field"] == field and err["error"]
@@ -124,6 +125,7 @@ def test_sigterm_shuts_down_cleanly(bm25_index: Path, make_server) -> None:
 
 
 # --- in-process: batching, back-pressure and backend failures, with a gate to inject slowness ---
+
 
 class GatedBackend:
     """Wraps a real backend; blocks searches until ``gate`` is set; fails on the query 'boom'."""
@@ -169,8 +171,10 @@ def test_concurrent_requests_are_coalesced_into_one_batch(bm25_index: Path) -> N
         url = str(server.make_url("/retrieve"))
         first = asyncio.create_task(session.post(url, json={"queries": ["first"], "topk": 2}))
         await asyncio.to_thread(backend.entered.wait, 10)  # first batch is now in the worker thread
-        rest = [asyncio.create_task(session.post(url, json={"queries": [f"question {i}"], "topk": 2}))
-                for i in range(20)]
+        rest = [
+            asyncio.create_task(session.post(url, json={"queries": [f"question {i}"], "topk": 2}))
+            for i in range(20)
+        ]
         await asyncio.sleep(0.3)  # all 20 are queued behind the running batch
         backend.gate.set()
         responses = [await t for t in [first, *rest]]
@@ -189,7 +193,9 @@ def test_full_queue_answers_503_with_retry_after(bm25_index: Path) -> None:
 
     async def body(server, session, service):
         url = str(server.make_url("/retrieve"))
-        tasks = [asyncio.create_task(session.post(url, json={"queries": [f"q{i}"], "topk": 1})) for i in range(3)]
+        tasks = [
+            asyncio.create_task(session.post(url, json={"queries": [f"q{i}"], "topk": 1})) for i in range(3)
+        ]
         await asyncio.sleep(0.3)  # 3 queries pending (1 running, 2 queued) = max_pending
         over = await session.post(url, json={"queries": ["one too many"], "topk": 1})
         assert over.status == 503 and over.headers["Retry-After"] == "2"
@@ -199,7 +205,9 @@ def test_full_queue_answers_503_with_retry_after(bm25_index: Path) -> None:
         again = await session.post(url, json={"queries": ["after the burst"], "topk": 1})
         assert again.status == 200
 
-    asyncio.run(_with_app(backend, ServerConfig(max_pending=3, retry_after_s=2, cache_size=0, access_log=None), body))
+    asyncio.run(
+        _with_app(backend, ServerConfig(max_pending=3, retry_after_s=2, cache_size=0, access_log=None), body)
+    )
 
 
 def test_backend_failure_is_a_500_for_that_batch_only(bm25_index: Path) -> None:

@@ -20,7 +20,10 @@ from agentrl.rewards import (
     score_batch,
 )
 
-WELL_RIGHT = "<think>t</think><search>q</search><information>Doc 1 Quenby</information><think>t</think><answer> Quenby </answer>"
+WELL_RIGHT = (
+    "<think>t</think><search>q</search><information>Doc 1 Quenby</information>"
+    "<think>t</think><answer> Quenby </answer>"
+)
 WELL_WRONG = "<think>t</think><answer> Blem </answer>"
 WELL_WRONG_HIT = WELL_RIGHT.replace("<answer> Quenby", "<answer> Blem")
 ILL_RIGHT = "<answer> Quenby </answer>"
@@ -125,7 +128,9 @@ def test_import_path_scorer(user_module: str) -> None:
     out = load_scorer(f"{user_module}:length_penalty")(ScoreInput.from_text("x" * 30, GT))
     assert out.score == pytest.approx(-0.3) and out.metrics == {"chars": 30.0}
     assert load_scorer(f"{user_module}:plain")(ScoreInput.from_text("", GT)).score == 2.0
-    assert load_scorer(f"{user_module}:as_output")(ScoreInput.from_text("", GT, "x")).metrics == {"src_is_x": 1.0}
+    assert load_scorer(f"{user_module}:as_output")(ScoreInput.from_text("", GT, "x")).metrics == {
+        "src_is_x": 1.0
+    }
 
 
 @pytest.mark.parametrize(
@@ -159,14 +164,23 @@ def test_score_batch_mixed_sources_and_override(user_module: str) -> None:
     responses = [WELL_RIGHT, ILL_WRONG, NO_ANSWER]
     gts = [GT, GT, {"target": ["Blem"]}]
     scores, metrics = score_batch(
-        responses, gts, ["nq", "synthetic_world", "popqa"], [None, {}, {"index": 2}], answers=answers_of(responses)
+        responses,
+        gts,
+        ["nq", "synthetic_world", "popqa"],
+        [None, {}, {"index": 2}],
+        answers=answers_of(responses),
     )
     assert scores == [1.0, 0.0, 0.0]
     assert metrics["well_formed"] == [1.0, 0.0, 0.0] and metrics["has_answer"] == [1.0, 1.0, 0.0]
 
     # a user scorer named in the config replaces the registry for every source
     scores, metrics = score_batch(
-        responses, gts, ["nq", "nq", "x"], None, {"scorer": f"{user_module}:as_output"}, answers=answers_of(responses)
+        responses,
+        gts,
+        ["nq", "nq", "x"],
+        None,
+        {"scorer": f"{user_module}:as_output"},
+        answers=answers_of(responses),
     )
     assert scores == [0.5, 0.5, 0.5] and metrics == {"src_is_x": [0.0, 0.0, 1.0]}
 
@@ -213,7 +227,7 @@ def test_settings_from_attribute_object() -> None:
         retrieval_score = 0.0
         reward_model_path = None
 
-    scores, _ = score_batch([WELL_WRONG], [GT], ["nq"], None, TrainerRewardConfig(), answers=answers_of([WELL_WRONG]))
+    scores, _ = score_batch(
+        [WELL_WRONG], [GT], ["nq"], None, TrainerRewardConfig(), answers=answers_of([WELL_WRONG])
+    )
     assert scores == [pytest.approx(0.3)]
-
-

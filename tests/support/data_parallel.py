@@ -42,8 +42,15 @@ def token_batch(model_tokens: list[int], width: int = 8, seed: int = 0) -> Batch
 class LinearWorker(TrainableWorker):
     """A trainable worker around ``Linear(FEATURES, 1)``, initialised identically on every rank."""
 
-    def __init__(self, rank: int, world_size: int, port: int | None, lr: float, loss_agg_mode: str,
-                 norm_tokens: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        port: int | None,
+        lr: float,
+        loss_agg_mode: str,
+        norm_tokens: int | None = None,
+    ) -> None:
         super().__init__(RunContext.from_config(ExperimentConfig()), rank, world_size, port)
         self.model = torch.nn.Linear(FEATURES, 1, bias=False)
         with torch.no_grad():
@@ -58,14 +65,18 @@ class LinearWorker(TrainableWorker):
         return agg_loss(loss_mat, micro["response_mask"], self.loss_agg_mode, self.norm_tokens), {}
 
     def update(self, batch: Batch, mini_batch_size: int, micro_batch_size: int) -> dict[str, Any]:
-        schedule = UpdateConfig(mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size, shuffle=False)
+        schedule = UpdateConfig(
+            mini_batch_size=mini_batch_size, micro_batch_size=micro_batch_size, shuffle=False
+        )
         weighting = "tokens" if self.loss_agg_mode == "token-mean" else "sequences"
         self.train_epochs(batch, self.loss, schedule, "toy", weighting)
         return {"grad": self.model.weight.grad.clone(), "weight": self.model.weight.detach().clone()}
 
 
 def _rank_main(rank: int, world_size: int, port: int, shard: Batch, kwargs: dict, queue: Any) -> None:
-    worker = LinearWorker(rank, world_size, port, kwargs["lr"], kwargs["loss_agg_mode"], kwargs.get("norm_tokens"))
+    worker = LinearWorker(
+        rank, world_size, port, kwargs["lr"], kwargs["loss_agg_mode"], kwargs.get("norm_tokens")
+    )
     try:
         result = worker.update(shard, kwargs["mini_batch_size"], kwargs["micro_batch_size"])
         # Plain lists: a tensor put on a queue is shared through a handle that dies with this process.

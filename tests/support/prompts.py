@@ -9,8 +9,9 @@ from agentrl.agent.trajectory import PromptSpec
 from agentrl.data.qa import make_prompt
 
 
-def question_prompt(tokenizer: Any, question: str, data_source: str = "nq", ground_truth: Any = None,
-                    index: Any = None) -> PromptSpec:  # fmt: skip
+def question_prompt(
+    tokenizer: Any, question: str, data_source: str = "nq", ground_truth: Any = None, index: Any = None
+) -> PromptSpec:
     """``question`` wrapped in the training instruction and tokenized through the chat template."""
     ids = encode_messages(tokenizer, [{"role": "user", "content": make_prompt(question)}])
     return PromptSpec(ids, data_source, ground_truth, index, {"question": question})

@@ -75,7 +75,8 @@ class ScriptedEngine(BaseScriptedEngine):
         results = await super().generate_batch(prompts, params, seeds)
         row_params = [params] * len(prompts) if seeds is None else [replace(params, seed=s) for s in seeds]
         self.calls.extend(
-            EngineCall(list(p), rp, r, batched=True) for p, rp, r in zip(prompts, row_params, results, strict=True)
+            EngineCall(list(p), rp, r, batched=True)
+            for p, rp, r in zip(prompts, row_params, results, strict=True)
         )
         return results
 
@@ -110,7 +111,8 @@ class RecordingEngine:
         results = await self.engine.generate_batch(prompts, params, seeds)
         row_params = [params] * len(prompts) if seeds is None else [replace(params, seed=s) for s in seeds]
         self.calls.extend(
-            EngineCall(list(p), rp, r, batched=True) for p, rp, r in zip(prompts, row_params, results, strict=True)
+            EngineCall(list(p), rp, r, batched=True)
+            for p, rp, r in zip(prompts, row_params, results, strict=True)
         )
         return results
 

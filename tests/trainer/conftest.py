@@ -64,9 +64,21 @@ def search_world(tmp_path_factory: pytest.TempPathFactory):
     world = generate_world(seed=0, num_countries=6, num_people=12, num_companies=6, num_distractors=6)
     paths = write_world(world, root / "world")
     for split in ("train", "test"):
-        write_rows(to_training_rows(read_question_records(paths[split]), split, "synthetic_world"), root / f"{split}.parquet")
-    texts = [p["contents"] for p in world.passages] + [make_prompt(q.question) for q in world.train_questions[:20]]
+        write_rows(
+            to_training_rows(read_question_records(paths[split]), split, "synthetic_world"),
+            root / f"{split}.parquet",
+        )
+    texts = [p["contents"] for p in world.passages] + [
+        make_prompt(q.question) for q in world.train_questions[:20]
+    ]
     model_dir = make_tiny_model_dir(root / "model", texts=texts, size="nano", seed=0)
-    assert build_index(["--corpus", str(paths["corpus"]), "--backend", "bm25", "--out", str(root / "index"), "--quiet"]) == 0
+    assert (
+        build_index(
+            ["--corpus", str(paths["corpus"]), "--backend", "bm25", "--out", str(root / "index"), "--quiet"]
+        )
+        == 0
+    )
     with RetrieverProcess(root / "index", log_path=root / "retriever.log") as server:
-        yield SearchWorld(root, model_dir, root / "train.parquet", root / "test.parquet", server.url + "/retrieve")
+        yield SearchWorld(
+            root, model_dir, root / "train.parquet", root / "test.parquet", server.url + "/retrieve"
+        )

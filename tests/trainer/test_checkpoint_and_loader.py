@@ -44,15 +44,27 @@ def test_loader_resumes_at_the_exact_position_across_epochs():
 def test_one_epoch_of_eight_prompts_in_batches_of_four_is_two_steps(tiny_model_dir, tmp_path):
     """``trainer.total_epochs=1`` stops after the epoch's last batch, not one batch into the next."""
     rows = [
-        {"data_source": "toy", "prompt": [{"role": "user", "content": f"question {i}"}],
-         "reward_model": {"ground_truth": {"target": [f"answer {i}"]}}, "extra_info": {"index": i}}
+        {
+            "data_source": "toy",
+            "prompt": [{"role": "user", "content": f"question {i}"}],
+            "reward_model": {"ground_truth": {"target": [f"answer {i}"]}},
+            "extra_info": {"index": i},
+        }
         for i in range(8)
-    ]  # fmt: skip
+    ]
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    config = load_config("ppo", [f"actor.model_path={tiny_model_dir}", f"data.train_files=[{train}]",
-                                 "data.train_batch_size=4", "data.shuffle=false", "trainer.total_epochs=1",
-                                 f"trainer.run_dir={tmp_path / 'run'}"])  # fmt: skip
+    config = load_config(
+        "ppo",
+        [
+            f"actor.model_path={tiny_model_dir}",
+            f"data.train_files=[{train}]",
+            "data.train_batch_size=4",
+            "data.shuffle=false",
+            "trainer.total_epochs=1",
+            f"trainer.run_dir={tmp_path / 'run'}",
+        ],
+    )
     trainer = PPOTrainer(config)
     drawn = []
     while not trainer.finished():  # the loop of fit(), without the workers

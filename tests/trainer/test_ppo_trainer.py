@@ -20,13 +20,39 @@ from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
 
 REQUIRED_METRICS = [
-    "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm", "actor/lr",
-    "reward/score/mean", "reward/kl_penalized/mean", "advantages/mean", "returns/mean",
-    "rollout/response_length", "rollout/num_turns", "rollout/tool_calls", "rollout/tool_calls/search",
-    "rollout/finished", "rollout/tool_busy_s", "kl/coef", "rollout/logprob_diff", "timing_s/gen", "timing_s/ref",
-    "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor", "timing_s/step", "throughput/tokens_per_s",
-]  # fmt: skip
-CRITIC_METRICS = ["critic/vf_loss", "critic/vf_clipfrac", "critic/values/mean", "timing_s/values", "timing_s/update_critic"]
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/entropy",
+    "actor/grad_norm",
+    "actor/lr",
+    "reward/score/mean",
+    "reward/kl_penalized/mean",
+    "advantages/mean",
+    "returns/mean",
+    "rollout/response_length",
+    "rollout/num_turns",
+    "rollout/tool_calls",
+    "rollout/tool_calls/search",
+    "rollout/finished",
+    "rollout/tool_busy_s",
+    "kl/coef",
+    "rollout/logprob_diff",
+    "timing_s/gen",
+    "timing_s/ref",
+    "timing_s/old_log_prob",
+    "timing_s/adv",
+    "timing_s/update_actor",
+    "timing_s/step",
+    "throughput/tokens_per_s",
+]
+CRITIC_METRICS = [
+    "critic/vf_loss",
+    "critic/vf_clipfrac",
+    "critic/values/mean",
+    "timing_s/values",
+    "timing_s/update_critic",
+]
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # real Ray clusters, a retriever server and training steps
 
@@ -74,13 +100,16 @@ def test_ppo_three_steps_logs_finite_metrics_and_trains_only_the_actor(search_wo
     assert not [k for row in rows for k in row if k.startswith(("env/", "critic/score", "response_length/"))]
     assert after["reference"] == before["reference"], "the reference model must never change"
     assert after["actor"] != before["actor"], "the actor's weights must move"
-    assert rows[0]["rollout/logprob_diff"] < 1e-3, "engine and trainer log-probs of the same weights must agree"
+    assert rows[0]["rollout/logprob_diff"] < 1e-3, (
+        "engine and trainer log-probs of the same weights must agree"
+    )
 
 
 def test_grpo_three_steps_builds_no_critic(search_world, tmp_path):
     run_dir = tmp_path / "grpo"
     trainer, before, after = run(
-        "grpo", search_world.overrides(run_dir, steps=3, **{"actor.rollout.n": 2, "actor.update.mini_batch_size": 8})
+        "grpo",
+        search_world.overrides(run_dir, steps=3, **{"actor.rollout.n": 2, "actor.update.mini_batch_size": 8}),
     )
     assert trainer.roles.critic is None and trainer.roles.reference is not None
     rows = read_metrics(run_dir)
@@ -132,7 +161,9 @@ def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path):
     run("ppo", search_world.overrides(resumed, steps=3, **common))  # resume_mode=auto picks up step_2
 
     def step3(run_dir: Path) -> list[tuple]:
-        records = [json.loads(line) for line in (run_dir / "trajectories" / "step_3.jsonl").read_text().splitlines()]
+        records = [
+            json.loads(line) for line in (run_dir / "trajectories" / "step_3.jsonl").read_text().splitlines()
+        ]
         return [(r["prompt_ids"], r["response_ids"], r["segments"]) for r in records]
 
     assert step3(straight) == step3(resumed), "step 3's batch differs after resume"
@@ -150,8 +181,20 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_w
     args = search_world.overrides(run_dir, steps=3, **{"trainer.save_freq": 1})
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "support" / "slow_checkpoint_trainer.py"), "2", "60", "--preset", "ppo", *args],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            str(REPO / "tests" / "support" / "slow_checkpoint_trainer.py"),
+            "2",
+            "60",
+            "--preset",
+            "ppo",
+            *args,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     partial = run_dir / "checkpoints" / ".step_2.partial"
     deadline = time.monotonic() + 180
@@ -174,8 +217,12 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_w
 
 def test_nan_reward_stops_the_run_naming_step_and_metric_without_a_checkpoint(search_world, tmp_path):
     run_dir = tmp_path / "nan"
-    config = load_config("ppo", search_world.overrides(
-        run_dir, steps=2, **{"reward.scorer": "tests.trainer.scorers:nan_scorer", "trainer.save_freq": 1}))
+    config = load_config(
+        "ppo",
+        search_world.overrides(
+            run_dir, steps=2, **{"reward.scorer": "tests.trainer.scorers:nan_scorer", "trainer.save_freq": 1}
+        ),
+    )
     trainer = PPOTrainer(config)
     try:
         with pytest.raises(TrainingDiverged, match=r"step 1: critic/loss is nan; no checkpoint written"):
@@ -188,8 +235,16 @@ def test_nan_reward_stops_the_run_naming_step_and_metric_without_a_checkpoint(se
 def test_data_parallel_actor_keeps_replicas_identical(search_world, tmp_path):
     run_dir = tmp_path / "dp"
     ray.shutdown()  # the earlier tests' local cluster is sized for one worker per role
-    trainer = PPOTrainer(load_config("grpo", search_world.overrides(
-        run_dir, steps=1, **{"actor.rollout.n": 2, "resources.actor_workers": 2, "actor.update.mini_batch_size": 8})))
+    trainer = PPOTrainer(
+        load_config(
+            "grpo",
+            search_world.overrides(
+                run_dir,
+                steps=1,
+                **{"actor.rollout.n": 2, "resources.actor_workers": 2, "actor.update.mini_batch_size": 8},
+            ),
+        )
+    )
     try:
         trainer.fit()
         sums = trainer.roles.actor.run_all("weight_checksum")
@@ -212,7 +267,10 @@ def test_bad_config_stops_before_ray_starts(search_world, tmp_path, override, me
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "agentrl.trainer.main", "--preset", "grpo", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert message in result.stderr

@@ -44,16 +44,28 @@ def tiny_world(tmp_path_factory: pytest.TempPathFactory):
     texts = [p["contents"] for p in world.passages] + [make_prompt(q.question) for q in world.train_questions]
     texts += [t.text for q in world.train_questions for t in oracle_trajectory(q)]
     model_dir = make_tiny_model_dir(root / "model", texts=texts, size="nano", seed=0)
-    assert build_index(["--corpus", str(paths["corpus"]), "--backend", "bm25", "--out", str(root / "index"), "--quiet"]) == 0
+    assert (
+        build_index(
+            ["--corpus", str(paths["corpus"]), "--backend", "bm25", "--out", str(root / "index"), "--quiet"]
+        )
+        == 0
+    )
     return world, model_dir, root
 
 
 def _config(lr: float = 1e-2, steps: int = 30, batch: int = 4) -> SFTConfig:
-    return SFTConfig(epochs=1000, max_steps=steps, batch_size=batch, micro_batch_size=2,
-                     optim=OptimConfig(lr=lr, warmup_ratio=0.0))  # fmt: skip
+    return SFTConfig(
+        epochs=1000,
+        max_steps=steps,
+        batch_size=batch,
+        micro_batch_size=2,
+        optim=OptimConfig(lr=lr, warmup_ratio=0.0),
+    )
 
 
-def _mean_log_prob(model: torch.nn.Module, prompt: list[int], response: list[int], positions: list[int]) -> float:
+def _mean_log_prob(
+    model: torch.nn.Module, prompt: list[int], response: list[int], positions: list[int]
+) -> float:
     """Mean log p of response[j] for j in positions, by a plain forward over prompt+response."""
     ids = torch.tensor([prompt + response])
     with torch.no_grad():
@@ -77,7 +89,9 @@ def test_padding_does_not_change_the_loss(tiny_world):
     _, model_dir, _ = tiny_world
     trainer = SFTTrainer(model_dir, _config())
     short = SFTExample([9, 10], [30, 31, 32], [M, OBS, M])
-    long = SFTExample([11, 12, 13, 14, 15, 16], [40, 41, 42, 43, 44, 45, 46, 47], [M, M, M, OBS, OBS, M, M, M])
+    long = SFTExample(
+        [11, 12, 13, 14, 15, 16], [40, 41, 42, 43, 44, 45, 46, 47], [M, M, M, OBS, OBS, M, M, M]
+    )
     alone = sum(trainer.loss(trainer._batch([e]))[0].item() for e in (short, long))
     together = trainer.loss(trainer._batch([short, long]))[0].item()
     assert together == pytest.approx(alone, rel=1e-5)
@@ -110,7 +124,9 @@ def test_max_steps_and_epochs_bound_the_run(tiny_world):
     ex = [SFTExample([1, 2], [3, 4], [M, M])] * 10
     assert SFTConfig(epochs=3, batch_size=4).total_steps(10) == 9
     assert SFTConfig(epochs=3, batch_size=4, max_steps=2).total_steps(10) == 2
-    history = SFTTrainer(model_dir, SFTConfig(epochs=2, batch_size=4, micro_batch_size=4)).fit(ex, progress=False)
+    history = SFTTrainer(model_dir, SFTConfig(epochs=2, batch_size=4, micro_batch_size=4)).fit(
+        ex, progress=False
+    )
     assert [int(h["step"]) for h in history] == list(range(1, 7))
     with pytest.raises(ValueError, match="sft.batch_size"):
         SFTConfig(batch_size=0)
@@ -147,9 +163,13 @@ def test_scripted_oracle_turns_through_the_real_retriever(tiny_world, tmp_path):
     from agentrl.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(model_dir)
-    questions = [q for q in world.train_questions if q.hop == 2][:3] + [q for q in world.train_questions if q.hop == 1][:3]
+    questions = [q for q in world.train_questions if q.hop == 2][:3] + [
+        q for q in world.train_questions if q.hop == 1
+    ][:3]
     prompts = [
-        PromptSpec(encode_messages(tokenizer, [{"role": "user", "content": make_prompt(q.question)}]), index=i)
+        PromptSpec(
+            encode_messages(tokenizer, [{"role": "user", "content": make_prompt(q.question)}]), index=i
+        )
         for i, q in enumerate(questions)
     ]
     scripts = [[t.text for t in oracle_trajectory(q)] for q in questions]
@@ -171,7 +191,10 @@ def test_scripted_oracle_turns_through_the_real_retriever(tiny_world, tmp_path):
                 from agentrl.agent.tools.search import format_documents
 
                 final = k + 1 >= rollout.max_turns
-                assert traj.response_ids[a:b] == encoder.encode(format_documents([passage]), final_turn=final).ids
+                assert (
+                    traj.response_ids[a:b]
+                    == encoder.encode(format_documents([passage]), final_turn=final).ids
+                )
             assert traj.finished and traj.tool_calls == {"search": q.hop}
 
         # A per-turn budget below the turns' length cuts them: reported apart, never trained on.
@@ -182,8 +205,15 @@ def test_scripted_oracle_turns_through_the_real_retriever(tiny_world, tmp_path):
         assert not complete and len(incomplete) == len(questions)
     assert server.proc.returncode == 0, "SIGTERM must stop the server cleanly"
     with pytest.raises(ValueError, match="distinct"):
-        record_scripted_trajectories(prompts[:1] * 2, scripts[:1] * 2, tokenizer, rollout, max_prompt_length=400,
-                                     max_response_length=900, tools=[tool])  # fmt: skip
+        record_scripted_trajectories(
+            prompts[:1] * 2,
+            scripts[:1] * 2,
+            tokenizer,
+            rollout,
+            max_prompt_length=400,
+            max_response_length=900,
+            tools=[tool],
+        )
 
 
 def test_cli_trains_on_a_trajectory_dump_and_saves_an_hf_dir(tiny_world, tmp_path, capsys):
@@ -201,8 +231,24 @@ def test_cli_trains_on_a_trajectory_dump_and_saves_an_hf_dir(tiny_world, tmp_pat
         trajs.append(t)
     data = dump_trajectories(trajs, tmp_path / "dump.jsonl", tokenizer, rewards=[1.0, 0.0, 1.0, 1.0])
     out = tmp_path / "sft_out"
-    code = main(["--data", str(data), "--model", str(model_dir), "--out", str(out), "--max-steps", "3",
-                 "--batch-size", "2", "--min-reward", "0.5", "--lr", "1e-2"])  # fmt: skip
+    code = main(
+        [
+            "--data",
+            str(data),
+            "--model",
+            str(model_dir),
+            "--out",
+            str(out),
+            "--max-steps",
+            "3",
+            "--batch-size",
+            "2",
+            "--min-reward",
+            "0.5",
+            "--lr",
+            "1e-2",
+        ]
+    )
     assert code == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["examples"] == 3 and summary["steps"] == 2  # 3 examples / batch 2 = 2 steps per epoch
@@ -216,6 +262,8 @@ def test_cli_rejects_bad_config_values(tiny_world, tmp_path, capsys):
     _, model_dir, _ = tiny_world
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt_ids": [1], "response_ids": [2], "segments": [M]}) + "\n")
-    assert main(["--data", str(data), "--model", str(model_dir), "--out", str(tmp_path / "o"), "--lr", "0"]) == 2
+    assert (
+        main(["--data", str(data), "--model", str(model_dir), "--out", str(tmp_path / "o"), "--lr", "0"]) == 2
+    )
     assert "sft.optim.lr" in capsys.readouterr().err
     assert not Path(tmp_path / "o").exists()

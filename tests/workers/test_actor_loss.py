@@ -70,7 +70,9 @@ def test_without_an_entropy_bonus_no_vocabulary_sized_softmax_is_kept_for_backwa
 
 def test_the_actor_loss_adds_the_entropy_bonus_and_the_kl_loss_with_their_coefficients(actor):
     batch = rollout_batch(actor.model.config.vocab_size, actor.tokenizer.pad_token_id, seed=1)
-    batch["ref_log_probs"] = torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(2)) - 3
+    batch["ref_log_probs"] = (
+        torch.randn(batch["responses"].shape, generator=torch.Generator().manual_seed(2)) - 3
+    )
     mask = batch["response_mask"]
     log_probs, entropy = policy_forward(actor.model, batch, actor.temperature, with_entropy=True)
     pg_loss, _ = policy_loss(log_probs, batch["old_log_probs"], batch["advantages"], mask)
@@ -79,8 +81,13 @@ def test_the_actor_loss_adds_the_entropy_bonus_and_the_kl_loss_with_their_coeffi
     original = actor.actor
     try:
         for entropy_coeff, kl_coef in ((0.0, 0.0), (0.3, 0.0), (0.0, 0.7), (0.3, 0.7)):
-            actor.actor = replace(original, entropy_coeff=entropy_coeff, use_kl_loss=kl_coef > 0, kl_loss_coef=kl_coef,
-                                  kl_loss_type="low_var_kl")  # fmt: skip
+            actor.actor = replace(
+                original,
+                entropy_coeff=entropy_coeff,
+                use_kl_loss=kl_coef > 0,
+                kl_loss_coef=kl_coef,
+                kl_loss_type="low_var_kl",
+            )
             loss, metrics = actor._actor_loss(batch)
             expected = pg_loss - entropy_coeff * entropy_term + kl_coef * kl_term
             assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6), (entropy_coeff, kl_coef)

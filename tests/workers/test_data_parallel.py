@@ -22,7 +22,13 @@ UNEVEN = [1, 1, 6, 6]  # rank 0 gets rows 0-1 (2 model tokens), rank 1 rows 2-3 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
 def test_two_ranks_with_uneven_token_counts_give_the_one_rank_gradient(mode):
     batch = token_batch(UNEVEN)
-    settings = {"lr": 0.0, "loss_agg_mode": mode, "norm_tokens": 8, "mini_batch_size": 4, "micro_batch_size": 1}
+    settings = {
+        "lr": 0.0,
+        "loss_agg_mode": mode,
+        "norm_tokens": 8,
+        "mini_batch_size": 4,
+        "micro_batch_size": 1,
+    }
     single = run_single(batch, **settings)
     ranks = run_ranks(mini_batch_shards(batch, 2, 4), **settings)
     for result in ranks:
@@ -35,7 +41,9 @@ def test_two_ranks_over_several_mini_batches_end_with_the_one_rank_weights():
     settings = {"lr": 0.1, "loss_agg_mode": "token-mean", "mini_batch_size": 4, "micro_batch_size": 1}
     single = run_single(batch, **settings)
     ranks = run_ranks(mini_batch_shards(batch, 2, 4), **settings)
-    assert not torch.equal(single["weight"], torch.tensor([[0.5, -1.0, 0.25]])), "the update must move the weights"
+    assert not torch.equal(single["weight"], torch.tensor([[0.5, -1.0, 0.25]])), (
+        "the update must move the weights"
+    )
     for result in ranks:
         torch.testing.assert_close(result["weight"], single["weight"], rtol=1e-5, atol=1e-6)
 

@@ -55,7 +55,9 @@ def validate_tool(tool: object, where: str) -> Tool:
     """Check that ``tool`` fits the protocol, with an error that says what is missing."""
     for attr in ("name", "tag", "timeout_s", "execute"):
         if not hasattr(tool, attr):
-            raise TypeError(f"{where}: tool {type(tool).__name__} has no '{attr}' (see agentrl.agent.tools.base.Tool)")
+            raise TypeError(
+                f"{where}: tool {type(tool).__name__} has no '{attr}' (see agentrl.agent.tools.base.Tool)"
+            )
     tag = tool.tag  # type: ignore[attr-defined]
     if not isinstance(tag, str) or not tag.isidentifier():
         raise ValueError(f"{where}: tool tag must be an identifier like 'search', got {tag!r}")

@@ -32,7 +32,9 @@ class CalculationError(ValueError):
     """The expression is not safe arithmetic, or its value is out of bounds."""
 
 
-def evaluate(expression: str, max_exponent: int = 100, max_abs: float = 1e100, max_length: int = 200) -> int | float:
+def evaluate(
+    expression: str, max_exponent: int = 100, max_abs: float = 1e100, max_length: int = 200
+) -> int | float:
     """Evaluate an arithmetic expression without ``eval``; raises ``CalculationError``."""
     if len(expression) > max_length:
         raise CalculationError(f"expression longer than {max_length} characters")

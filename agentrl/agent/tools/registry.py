@@ -26,7 +26,9 @@ def import_object(path: str) -> Any:
     else:
         module_name, _, attr = path.rpartition(".")
     if not module_name or not attr:
-        raise ValueError(f"tool class_path {path!r} must look like 'pkg.module.ClassName' or 'pkg.module:ClassName'")
+        raise ValueError(
+            f"tool class_path {path!r} must look like 'pkg.module.ClassName' or 'pkg.module:ClassName'"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -66,7 +68,9 @@ def build_tool(config: ToolConfig | Mapping[str, Any]) -> Tool:
     if isinstance(config, Mapping):
         unknown = set(config) - {"class_path", "options"}
         if unknown:
-            raise ValueError(f"tool config has unknown key(s) {sorted(unknown)}; expected class_path, options")
+            raise ValueError(
+                f"tool config has unknown key(s) {sorted(unknown)}; expected class_path, options"
+            )
         config = ToolConfig(**config)
     path = config.class_path
     options = dict(config.options or {})

@@ -61,7 +61,9 @@ class SearchTool:
         self.tag = tag
         self.request_timeout_s = timeout_s
         self.max_retries = max_retries
-        self.deadline_s = deadline_s if deadline_s is not None else timeout_s * (max_retries + 1) + 2.0 * max_retries
+        self.deadline_s = (
+            deadline_s if deadline_s is not None else timeout_s * (max_retries + 1) + 2.0 * max_retries
+        )
         self.timeout_s = self.deadline_s + 5.0
         self._client: Any = None
 
@@ -80,7 +82,9 @@ class SearchTool:
     async def execute(self, calls: list[str]) -> list[ToolResult]:
         results = await self._get_client().retrieve(list(calls), self.topk)
         if len(results) != len(calls):
-            raise RuntimeError(f"retriever at {self.url} returned {len(results)} result lists for {len(calls)} queries")
+            raise RuntimeError(
+                f"retriever at {self.url} returned {len(results)} result lists for {len(calls)} queries"
+            )
         return [ToolResult(format_documents(docs), {"docs": float(len(docs))}) for docs in results]
 
     async def close(self) -> None:

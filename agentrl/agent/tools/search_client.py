@@ -30,8 +30,10 @@ class RetrieverUnavailable(RetrieverError):
     """The service could not be reached (or kept failing) within the deadline."""
 
     def __init__(self, url: str, attempts: int, last_error: str, elapsed_s: float) -> None:
-        super().__init__(f"retriever at {url} unavailable after {attempts} attempt(s) in {elapsed_s:.1f}s; "
-                         f"last error: {last_error}")
+        super().__init__(
+            f"retriever at {url} unavailable after {attempts} attempt(s) in {elapsed_s:.1f}s; "
+            f"last error: {last_error}"
+        )
         self.url = url
         self.attempts = attempts
         self.last_error = last_error
@@ -59,8 +61,16 @@ class RetrieverClient:
     ``timeout_s`` bounds one attempt; ``deadline_s`` bounds a whole call including retries.
     """
 
-    def __init__(self, url: str, timeout_s: float = 10.0, deadline_s: float = 60.0, max_attempts: int = 8,
-                 backoff_base_s: float = 0.1, backoff_max_s: float = 5.0, max_connections: int = 64) -> None:
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = 10.0,
+        deadline_s: float = 60.0,
+        max_attempts: int = 8,
+        backoff_base_s: float = 0.1,
+        backoff_max_s: float = 5.0,
+        max_connections: int = 64,
+    ) -> None:
         if timeout_s <= 0 or deadline_s <= 0:
             raise ValueError(f"timeout_s/deadline_s: expected > 0, got {timeout_s}/{deadline_s}")
         if max_attempts < 1:
@@ -91,8 +101,11 @@ class RetrieverClient:
 
     async def close(self) -> None:
         """Close the pooled session of the current loop (idempotent)."""
-        if (self._session is not None and not self._session.closed
-                and self._session_loop is asyncio.get_running_loop()):
+        if (
+            self._session is not None
+            and not self._session.closed
+            and self._session_loop is asyncio.get_running_loop()
+        ):
             await self._session.close()
         self._session = None
         self._session_loop = None
@@ -110,11 +123,12 @@ class RetrieverClient:
         Jitter spreads the retries of many rollout workers so a restarted server is not hit
         by all of them in the same millisecond.
         """
-        cap = min(self.backoff_max_s, self.backoff_base_s * (2 ** attempt))
+        cap = min(self.backoff_max_s, self.backoff_base_s * (2**attempt))
         return random.uniform(cap / 2, cap)
 
-    async def _attempt(self, method: str, path: str, payload: Any, timeout_s: float,
-                       ok_statuses: tuple[int, ...]) -> Any:
+    async def _attempt(
+        self, method: str, path: str, payload: Any, timeout_s: float, ok_statuses: tuple[int, ...]
+    ) -> Any:
         session = self._get_session()
         url = self.base_url + path
         timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -133,8 +147,9 @@ class RetrieverClient:
                 raise _Retryable(f"HTTP {resp.status}: {text}", retry_after)
             raise RetrieverRequestError(url, resp.status, text)
 
-    async def _request(self, method: str, path: str, payload: Any = None,
-                       ok_statuses: tuple[int, ...] = (200,)) -> Any:
+    async def _request(
+        self, method: str, path: str, payload: Any = None, ok_statuses: tuple[int, ...] = (200,)
+    ) -> Any:
         start = time.monotonic()
         deadline = start + self.deadline_s
         last_error = "no attempt made"
@@ -169,18 +184,27 @@ class RetrieverClient:
             raise TypeError(f"queries: expected a list of strings, got {type(queries).__name__}")
         if not queries:
             return []
-        body = await self._request("POST", "/retrieve", {"queries": queries, "topk": topk, "return_scores": True})
+        body = await self._request(
+            "POST", "/retrieve", {"queries": queries, "topk": topk, "return_scores": True}
+        )
         url = self.base_url + "/retrieve"
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrieverRequestError(url, 200, f"expected 'result' with {len(queries)} lists, got {str(body)[:200]}")
+            raise RetrieverRequestError(
+                url, 200, f"expected 'result' with {len(queries)} lists, got {str(body)[:200]}"
+            )
         out: list[list[dict]] = []
         for items in result:
             docs = []
             for item in items:
                 doc = item.get("document", item)  # tolerate servers that ignore return_scores
-                docs.append({"id": str(doc.get("id", "")), "contents": doc["contents"],
-                             "score": float(item.get("score", 0.0))})
+                docs.append(
+                    {
+                        "id": str(doc.get("id", "")),
+                        "contents": doc["contents"],
+                        "score": float(item.get("score", 0.0)),
+                    }
+                )
             out.append(docs)
         return out
 

@@ -193,7 +193,8 @@ def _add_company_and_person_passages(
             [
                 f"{p['name']} is {_indefinite(p['occupation'])}.",
                 f"{p['last']} was born in {p['birthplace']}.",
-                f"The employer of {p['name']} is {p['employer']}, where {p['last']} has worked for {rng.randint(2, 30)} years.",
+                f"The employer of {p['name']} is {p['employer']}, "
+                f"where {p['last']} has worked for {rng.randint(2, 30)} years.",
             ],
         )
 
