@@ -154,7 +154,7 @@ class TrainerConfig:
     run_dir: str = "runs/${trainer.experiment_name}"
     total_steps: int = 100
     total_epochs: int = 1000  # the run ends at whichever of total_steps / total_epochs comes first
-    save_freq: int = 50  # <= 0 disables checkpoints
+    save_freq: int = 50  # <= 0: only the final checkpoint (after the last step) is written
     test_freq: int = 0  # <= 0 disables validation during training
     val_before_train: bool = False
     max_ckpt_to_keep: int = 2

@@ -10,17 +10,17 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 CONSOLE_KEYS = (
-    ("critic/score/mean", "score"),
-    ("val/em/mean", "val_em"),
+    ("reward/score/mean", "score"),
+    ("val/all/em", "val_em"),
     ("actor/pg_loss", "pg"),
     ("actor/entropy", "ent"),
     ("actor/ppo_kl", "ppo_kl"),
     ("kl/mean", "kl"),
     ("critic/vf_loss", "vf"),
-    ("env/turns/mean", "turns"),
-    ("env/valid_search/mean", "search"),
-    ("env/finish_ratio", "finish"),
-    ("response_length/mean", "len"),
+    ("rollout/num_turns", "turns"),
+    ("rollout/tool_calls", "tools"),
+    ("rollout/finished", "finish"),
+    ("rollout/response_length", "len"),
     ("timing_s/step", "s"),
 )
 

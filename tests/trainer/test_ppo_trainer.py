@@ -18,6 +18,7 @@ import torch
 from agentrl.config import load_config
 from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
+from agentrl.trainer.tracking import CONSOLE_KEYS
 
 REQUIRED_METRICS = [
     "actor/pg_loss",
@@ -97,6 +98,8 @@ def test_ppo_three_steps_logs_finite_metrics_and_trains_only_the_actor(search_wo
         bad = {k: v for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
         assert not bad, f"non-finite metrics at step {row['step']}: {bad}"
     assert "val/all/em" in rows[-1] and "val/synthetic_world/em" in rows[-1]
+    unknown = [key for key, _ in CONSOLE_KEYS if key not in rows[-1]]
+    assert not unknown, f"the console line shows metrics the trainer does not log: {unknown}"
     assert not [k for row in rows for k in row if k.startswith(("env/", "critic/score", "response_length/"))]
     assert after["reference"] == before["reference"], "the reference model must never change"
     assert after["actor"] != before["actor"], "the actor's weights must move"
