@@ -7,7 +7,9 @@ the whole mini-batch however it was cut:
     g = Σ_k (w_k / W) ∇L_k        W = Σ_k w_k over every micro-batch of every rank
 
 with w_k the micro-batch's model tokens (``weighting="tokens"``, for token-mean losses) or
-its sequences (``"sequences"``, for the seq-mean modes). Under data parallelism W is summed
+its sequences (``"sequences"``, for the seq-mean modes). A loss given as a *sum* over its
+weight units (``reduction="sum"``, e.g. SFT's summed NLL S_k) enters as S_k / W instead,
+the same gradient without dividing by w_k and multiplying it back. Under data parallelism W is summed
 over the ranks first and the ranks' gradients are summed after, so N ranks take the step
 one rank would take on the union of their shards. Then the global gradient norm is clipped
 and checked: a NaN/inf loss or gradient norm stops the step before the optimiser touches
@@ -29,6 +31,7 @@ from agentrl.models.forward import micro_batches
 
 LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 WEIGHTINGS = ("tokens", "sequences")
+REDUCTIONS = ("mean", "sum")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -117,17 +120,28 @@ class StepResult:
 
 
 def accumulate_gradients(
-    micros: Iterable[Batch], loss_fn: LossFn, total_weight: float, weighting: str, what: str
+    micros: Iterable[Batch],
+    loss_fn: LossFn,
+    total_weight: float,
+    weighting: str,
+    what: str,
+    reduction: str = "mean",
 ) -> tuple[float, dict[str, list[float]]]:
-    """Backward of Σ_k (w_k / W) L_k over the micro-batches; returns Σ_k (w_k / W) L_k and metrics."""
+    """Backward of Σ_k (w_k / W) L_k (or Σ_k S_k / W for sums); returns that loss and the metrics."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     loss_sum, metrics = 0.0, {}
     for micro in micros:
-        share = weight_of(micro, weighting) / total_weight
         loss, micro_metrics = loss_fn(micro)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"{what}/loss is {loss.item()}")
-        (loss * share).backward()
-        loss_sum += float(loss.detach()) * share
+        if reduction == "sum":
+            (loss / total_weight).backward()
+            loss_sum += float(loss.detach()) / total_weight
+        else:
+            share = weight_of(micro, weighting) / total_weight
+            (loss * share).backward()
+            loss_sum += float(loss.detach()) * share
         for name, value in micro_metrics.items():
             metrics.setdefault(name, []).append(float(value))
     return loss_sum, metrics
@@ -142,6 +156,7 @@ def optimizer_step(
     micro_batch_size: int,
     max_tokens: int | None = None,
     weighting: str = "tokens",
+    reduction: str = "mean",
     grad_clip: float = 0.0,
     sync: GradientSync | None = None,
     what: str = "update",
@@ -149,13 +164,14 @@ def optimizer_step(
     """Zero, accumulate over micro-batches, sum over ranks, clip, check, step (module docstring).
 
     ``max_tokens`` cuts micro-batches by padded token cost instead of ``micro_batch_size``;
+    ``reduction`` says whether ``loss_fn`` returns a mean or a sum over its weight units;
     ``grad_clip <= 0`` disables clipping; ``what`` names the loss in error messages.
     """
     sync = sync or SingleProcess()
     optimizer.zero_grad(set_to_none=True)
     total = max(sync.total(weight_of(mini_batch, weighting)), 1.0)
     micros = micro_batches(mini_batch, micro_batch_size, max_tokens)
-    loss, metrics = accumulate_gradients(micros, loss_fn, total, weighting, what)
+    loss, metrics = accumulate_gradients(micros, loss_fn, total, weighting, what, reduction)
     sync.sum_gradients(model)
     max_norm = grad_clip if grad_clip > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm))

@@ -252,10 +252,10 @@ class SFTTrainer:
         mask = batch["response_mask"]
         return -(log_probs * mask).sum(), float(mask.sum())
 
-    def token_mean_nll(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The training loss of one micro-batch: token-mean NLL of its MODEL tokens."""
-        nll, count = self.loss(micro)
-        return nll / max(count, 1.0), {}
+    def summed_nll(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The training loss of one micro-batch: NLL summed over its MODEL tokens (``optimizer_step``
+        divides by the batch's token count, so the step is that of the batch's token-mean NLL)."""
+        return self.loss(micro)[0], {}
 
     def evaluate(self, examples: Sequence[SFTExample]) -> float:
         """Token-mean NLL on MODEL tokens (no gradient)."""
@@ -298,9 +298,10 @@ class SFTTrainer:
                     self.model,
                     optimizer,
                     batch,
-                    self.token_mean_nll,
+                    self.summed_nll,
                     micro_batch_size=cfg.micro_batch_size,
                     weighting="tokens",
+                    reduction="sum",
                     grad_clip=cfg.optim.grad_clip,
                     what=f"sft step {step + 1}",
                 )

@@ -93,3 +93,26 @@ def test_a_non_finite_loss_stops_the_step_before_the_weights_move():
             what="actor",
         )
     assert torch.equal(model.weight, before)
+
+
+def test_a_loss_given_as_a_sum_over_tokens_takes_the_same_step_as_its_token_mean():
+    def summed(model):
+        def loss_fn(micro):
+            values = model(micro["x"]).squeeze(-1)
+            error = torch.where(micro["response_mask"].bool(), (values - micro["target"]).square(), 0.0)
+            return error.sum(), {}
+
+        return loss_fn
+
+    model = linear_model()
+    optimizer_step(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        token_batch(LENGTHS, seed=3),
+        summed(model),
+        micro_batch_size=2,
+        reduction="sum",
+    )
+    torch.testing.assert_close(
+        model.weight.grad, step_gradient("token-mean", micro_batch_size=2), rtol=1e-5, atol=1e-7
+    )
