@@ -55,7 +55,7 @@ RENAMED = {
         ("use_dynamic_bsz", "use_dynamic_bsz"),
         ("max_tokens_per_micro_batch", "max_tokens_per_micro_batch"),
     )
-}
+} | {f"{role}.dtype": f"{role}.compute_dtype" for role in ("actor", "critic")}
 
 
 def _suggest(full_key: str) -> str:
@@ -161,6 +161,7 @@ def _check_choices(cfg: ExperimentConfig, problems: list[str]) -> None:
     from agentrl.engines import ENGINE_KINDS
     from agentrl.models.loading import DTYPES
     from agentrl.models.optim import LR_SCHEDULES
+    from agentrl.trainer.placement import PLACEMENTS
     from agentrl.trainer.tracking import LOGGERS
     from agentrl.workers.base import DEVICES, STRATEGIES
 
@@ -180,15 +181,11 @@ def _check_choices(cfg: ExperimentConfig, problems: list[str]) -> None:
     _check_choice(problems, "actor.rollout.engine", rollout.engine, ENGINE_KINDS)
     _check_choice(problems, "actor.rollout.schedule", rollout.schedule, SCHEDULES)
     _check_choice(problems, "actor.rollout.tool_error_policy", rollout.tool_error_policy, TOOL_ERROR_POLICIES)
-    if cfg.resources.strategy == "fsdp":
-        problems.append(
-            "config key 'resources.strategy': fsdp is not implemented yet; use dp (data parallel)"
-        )
-    else:
-        _check_choice(problems, "resources.strategy", cfg.resources.strategy, STRATEGIES)
+    _check_choice(problems, "resources.strategy", cfg.resources.strategy, STRATEGIES)
+    _check_choice(problems, "resources.placement", cfg.resources.placement, PLACEMENTS)
     _check_choice(problems, "trainer.device", cfg.trainer.device, DEVICES)
     for role in ("actor", "critic"):
-        _check_choice(problems, f"{role}.dtype", getattr(cfg, role).dtype, sorted(DTYPES))
+        _check_choice(problems, f"{role}.compute_dtype", getattr(cfg, role).compute_dtype, sorted(DTYPES))
         _check_choice(
             problems, f"{role}.optim.lr_schedule", getattr(cfg, role).optim.lr_schedule, LR_SCHEDULES
         )
@@ -208,7 +205,13 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         **{
             f"{role}.update.{key}": getattr(getattr(cfg, role).update, key)
             for role in ("actor", "critic")
-            for key in ("mini_batch_size", "micro_batch_size", "epochs", "max_tokens_per_micro_batch")
+            for key in (
+                "mini_batch_size",
+                "micro_batch_size",
+                "epochs",
+                "max_tokens_per_micro_batch",
+                "logit_chunk_tokens",
+            )
         },
         "reward.micro_batch_size": cfg.reward.micro_batch_size,
         "trainer.total_steps": cfg.trainer.total_steps,
@@ -253,6 +256,7 @@ def _check_layout(cfg: ExperimentConfig, problems: list[str]) -> None:
                 f"(data.train_batch_size × actor.rollout.n = {trajectories}) "
                 f"and {role}.update.mini_batch_size ({mini})"
             )
+    _check_parallelism(cfg, problems)
     for index, tool in enumerate(rollout.tools):
         if ":" not in tool.class_path and "." not in tool.class_path:
             problems.append(
@@ -261,6 +265,30 @@ def _check_layout(cfg: ExperimentConfig, problems: list[str]) -> None:
             )
     if not cfg.actor.model_path:
         problems.append("config key 'actor.model_path' is required (a local Hugging Face model directory)")
+
+
+def _check_parallelism(cfg: ExperimentConfig, problems: list[str]) -> None:
+    """Settings under which ranks would wait on each other forever, or a key would do nothing."""
+    res = cfg.resources
+    for role in ("actor", "critic"):
+        section = getattr(cfg, role)
+        if res.strategy == "fsdp" and section.update.use_dynamic_bsz:
+            # Every FSDP forward is a collective: all ranks must run the same number of micro-batches.
+            problems.append(
+                f"{role}.update.use_dynamic_bsz=true cuts a different number of micro-batches per rank, "
+                "which resources.strategy=fsdp cannot run (every forward is a collective); "
+                "use micro_batch_size"
+            )
+        if section.cpu_offload and res.strategy != "fsdp":
+            problems.append(f"{role}.cpu_offload=true needs resources.strategy=fsdp (got '{res.strategy}')")
+    if res.placement == "colocated" and res.critic_workers != res.actor_workers:
+        problems.append(
+            "resources.placement=colocated shares each GPU between the roles' ranks: "
+            f"resources.critic_workers ({res.critic_workers}) must equal "
+            f"resources.actor_workers ({res.actor_workers})"
+        )
+    if res.torch_threads is not None and res.torch_threads < 1:
+        problems.append(f"config key 'resources.torch_threads' must be >= 1 or null, got {res.torch_threads}")
 
 
 def _check_files(cfg: ExperimentConfig, problems: list[str]) -> None:

@@ -46,6 +46,12 @@ class UpdateConfig:
     shuffle: bool = True  # reshuffle the batch before each pass
     use_dynamic_bsz: bool = False  # cut micro-batches by token count instead of micro_batch_size
     max_tokens_per_micro_batch: int = 4096  # the token budget when use_dynamic_bsz
+    # Concatenate each micro-batch's real tokens into one row (position ids restart per sequence),
+    # so no padding is computed; with use_dynamic_bsz the budget then counts real tokens.
+    pack_sequences: bool = False
+    # Response tokens projected to the vocabulary at once in the log-prob pass: bounds its
+    # (tokens x vocabulary) fp32 logits; the critic ignores it.
+    logit_chunk_tokens: int = 1024
 
 
 @dataclass
@@ -79,8 +85,11 @@ class RolloutConfig:
 @dataclass
 class ActorConfig:
     model_path: str = ""
-    dtype: str = "float32"  # float32 | bfloat16 | float16
+    # The dtype forward and backward compute in; weights and optimiser state always stay fp32
+    # (an optimiser stepping bf16 weights loses most small updates).
+    compute_dtype: str = "float32"  # float32 | bfloat16 | float16
     gradient_checkpointing: bool = False
+    cpu_offload: bool = False  # fsdp: parameter, gradient and optimiser shards live on the CPU
     optim: OptimConfig = field(default_factory=OptimConfig)
     update: UpdateConfig = field(default_factory=UpdateConfig)
     clip_ratio_low: float = 0.2
@@ -97,7 +106,9 @@ class ActorConfig:
 @dataclass
 class CriticConfig:
     model_path: str | None = None  # None: initialise from actor.model_path
-    dtype: str = "float32"
+    compute_dtype: str = "float32"  # as actor.compute_dtype: the weights stay fp32
+    gradient_checkpointing: bool = False
+    cpu_offload: bool = False
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     update: UpdateConfig = field(default_factory=UpdateConfig)
     cliprange_value: float | None = 0.5
@@ -143,8 +154,12 @@ class ResourceConfig:
     num_gpus_per_worker: float = 0.0
     actor_workers: int = 1  # data-parallel world size of the actor (and reference)
     critic_workers: int = 1
-    strategy: str = "dp"  # dp: full replicas with summed gradients (fsdp: not implemented yet)
+    strategy: str = "dp"  # dp: full replicas, gradients summed | fsdp: FSDP2 shards per decoder layer
+    # split: each role on its own GPUs | colocated: actor, critic and reference ranks share them
+    placement: str = "split"
     cpus_per_worker: float = 1.0
+    torch_threads: int | None = None  # per worker; None: the node's cores over the group's ranks on it
+    placement_timeout_s: float = 60.0  # how long to wait for the cluster to hold the placement
 
 
 @dataclass

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-# The dtypes a role's weights may be loaded in (config ``actor.dtype`` / ``critic.dtype``).
+# The compute dtypes of a role (config ``actor.compute_dtype`` / ``critic.compute_dtype``).
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 VALUE_HEAD_FILE = "value_head.safetensors"
 VALUE_MODEL_MARKER = "agentrl_value_model.json"
@@ -119,16 +119,40 @@ class ValueModel(nn.Module):
         hidden = out.last_hidden_state
         return self.value_head(hidden.float()).squeeze(-1)
 
-    def save_pretrained(self, out_dir: str | Path) -> Path:
+    def save_pretrained(self, out_dir: str | Path, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+        """Write the critic; ``state_dict`` (e.g. gathered from FSDP shards) replaces the module's own."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self.backbone.save_pretrained(out)
-        save_file(
-            {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()},
-            out / VALUE_HEAD_FILE,
-        )
+        if state_dict is None:
+            self.backbone.save_pretrained(out)
+            head = self.value_head.state_dict()
+        else:
+            backbone = {
+                k.removeprefix("backbone."): v for k, v in state_dict.items() if k.startswith("backbone.")
+            }
+            plain_model(self.config, backbone, AutoModel).save_pretrained(out)
+            head = {
+                k.removeprefix("value_head."): v for k, v in state_dict.items() if k.startswith("value_head.")
+            }
+        save_file({k: v.detach().cpu().contiguous() for k, v in head.items()}, out / VALUE_HEAD_FILE)
         (out / VALUE_MODEL_MARKER).write_text(json.dumps({"head": VALUE_HEAD_FILE}) + "\n")
         return out
+
+
+def plain_model(
+    config: Any, state_dict: dict[str, torch.Tensor], model_cls: Any = AutoModelForCausalLM
+) -> Any:
+    """An ordinary (unsharded, unwrapped) HF model holding ``state_dict``, built without
+    allocating weights twice: what a gathered FSDP state is saved through."""
+    with torch.device("meta"):
+        model = model_cls.from_config(config)
+    model.load_state_dict(state_dict, strict=False, assign=True)
+    missing = [n for n, p in model.named_parameters() if p.is_meta]
+    if missing:
+        raise ValueError(
+            f"state dict lacks {len(missing)} parameter(s) of {type(model).__name__}, e.g. {missing[0]}"
+        )
+    return model
 
 
 def build_value_model(

@@ -344,5 +344,4 @@ class PPOTrainer:
 
     def shutdown(self) -> None:
         if self.roles is not None:
-            for group in self.roles.all():
-                group.shutdown()
+            self.roles.shutdown()

@@ -3,8 +3,9 @@
 It samples trajectories (multi-turn, through the agent's generation manager), recomputes
 their log-probs under the current weights (``old_log_probs``), and updates itself with
 the clipped PPO objective plus entropy bonus and optional KL loss. With the transformers
-engine the engine *is* the training module, so no weight sync is needed; with vLLM the
-new weights are pushed into the engine in place after each update.
+engine under dp the engine *is* the training module, so no weight sync is needed; with vLLM,
+or under fsdp (sharded forwards are collectives), the engine holds its own copy and the new
+weights are pushed into it in place before the next rollout after each update.
 """
 
 from __future__ import annotations
@@ -20,16 +21,19 @@ from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
 from agentrl.engines.base import SamplingParams
 from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
-from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer
+from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer, plain_model
+from agentrl.models.sharding import broadcast_full_state_dict, full_state_dict
 from agentrl.seeding import derive_seed
-from agentrl.workers.base import RunContext, TrainableWorker, Worker
+from agentrl.workers.base import ModelWorker, RunContext, TrainableWorker
 
 
-class PolicyWorker(Worker):
+class PolicyWorker(ModelWorker):
     """A causal LM that can score its responses; the reference is one that never trains.
 
     Built from the actor's config section: the reference *is* the actor's starting policy,
-    scored with the actor's temperature and micro-batching.
+    scored with the actor's temperature, micro-batching and compute dtype. The trained actor
+    keeps fp32 weights (the optimiser's master copy); the frozen reference is held in the
+    compute dtype. Under fsdp both are sharded (the reference without optimiser state).
     """
 
     trainable = False
@@ -41,33 +45,42 @@ class PolicyWorker(Worker):
         rank: int = 0,
         world_size: int = 1,
         master_port: int | None = None,
+        master_addr: str | None = None,
     ):
-        super().__init__(context, rank, world_size, master_port)
+        super().__init__(context, rank, world_size, master_port, master_addr)
         self.actor = actor
         self.model_path = actor.model_path
-        self.model = load_causal_lm(self.model_path, dtype=DTYPES[actor.dtype], device=self.device)
+        compute_dtype = DTYPES[actor.compute_dtype]
+        weights_dtype = torch.float32 if self.trainable else compute_dtype
+        self.model = load_causal_lm(self.model_path, dtype=weights_dtype, device=self.device)
         self.tokenizer = load_tokenizer(self.model_path)
         self.temperature = actor.rollout.temperature
+        if self.trainable and actor.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
         if not self.trainable:
             self.model.eval()
             self.model.requires_grad_(False)
+        self._lay_out(compute_dtype, actor.cpu_offload and self.trainable)
 
     def compute_log_prob(self, batch: Batch) -> torch.Tensor:
         """log π(a_t) (temperature-scaled, as sampled) of every response token: (B, R)."""
         self.model.eval()
         update = self.actor.update
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
-        return no_grad_over_micro_batches(
-            lambda mb: policy_forward(self.model, mb, self.temperature)[0],
-            batch,
-            update.micro_batch_size,
-            max_tokens,
-        )
+        with self.compute():
+            return no_grad_over_micro_batches(
+                lambda mb: policy_forward(self.model, mb, self.temperature)[0],
+                batch,
+                update.micro_batch_size,
+                max_tokens,
+            )
 
     def weight_checksum(self) -> float:
-        """Sum of all parameters: cheap evidence that weights did or did not move."""
+        """Sum of all parameters: evidence that weights moved. Under fsdp it gathers the shards,
+        a collective: call it on every rank (``run_all``)."""
         with torch.no_grad():
-            return float(sum(p.double().sum() for p in self.model.parameters()))
+            full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in self.model.parameters()]
+            return float(sum(p.double().sum() for p in full))
 
 
 class ReferenceWorker(PolicyWorker):
@@ -86,12 +99,16 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         rank: int = 0,
         world_size: int = 1,
         master_port: int | None = None,
+        master_addr: str | None = None,
     ):
-        super().__init__(actor, context, rank, world_size, master_port)
-        if actor.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+        super().__init__(actor, context, rank, world_size, master_port, master_addr)
         self._setup_optimizer(actor.optim)
         self._rollout = None
+        # The HF engine shares the training module, except under fsdp: every sharded forward is
+        # a collective, and ranks generate different numbers of tokens. Then (and with vLLM) the
+        # engine holds its own full copy, refreshed before the next rollout after each update.
+        self.engine_owns_weights = actor.rollout.engine != "hf" or context.strategy == "fsdp"
+        self._engine_stale = False
 
     # --- Stage 1: rollout ------------------------------------------------------------
 
@@ -104,8 +121,12 @@ class ActorWorker(PolicyWorker, TrainableWorker):
 
             rollout = self.actor.rollout
             if rollout.engine == "hf":
+                model = self.model
+                if self.engine_owns_weights:
+                    model = load_causal_lm(self.model_path, dtype=self.compute_dtype, device=self.device)
+                    self._engine_stale = True  # the copy holds the starting weights
                 engine = build_engine(
-                    "hf", model=self.model, tokenizer=self.tokenizer, max_batch_size=rollout.max_batch_size
+                    "hf", model=model, tokenizer=self.tokenizer, max_batch_size=rollout.max_batch_size
                 )
             else:
                 engine = build_engine(
@@ -144,8 +165,21 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         Each rank draws from its own seed so data-parallel shards do not sample alike.
         """
         self.model.eval()
+        manager = self.rollout
+        if self._engine_stale:
+            self.push_weights_to_engine()
         rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
-        return self.rollout.run(prompts, self.sampling_params(validate, rank_seed), n=n)
+        return manager.run(prompts, self.sampling_params(validate, rank_seed), n=n)
+
+    def push_weights_to_engine(self) -> None:
+        """Copy the current weights into an engine that holds its own (a collective under fsdp:
+        every rank calls it, from ``generate_sequences``)."""
+        if self.context.strategy == "fsdp":
+            state = broadcast_full_state_dict(self.model)
+        else:
+            state = self.model.state_dict()
+        self.rollout.engine.update_weights(state)
+        self._engine_stale = False
 
     # --- Stage 3: update -------------------------------------------------------------
 
@@ -154,9 +188,10 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         mask = micro["response_mask"]
         norm = self.context.max_response_length  # the Dr.GRPO constant: the response budget
         need_entropy = actor.entropy_coeff != 0
-        log_probs, entropy = policy_forward(
-            self.model, micro, self.temperature, with_entropy=True, entropy_grad=need_entropy
-        )
+        with self.compute():
+            log_probs, entropy = policy_forward(
+                self.model, micro, self.temperature, with_entropy=True, entropy_grad=need_entropy
+            )
         pg_loss, metrics = policy_loss(
             log_probs,
             micro["old_log_probs"],
@@ -185,25 +220,34 @@ class ActorWorker(PolicyWorker, TrainableWorker):
     def update_actor(self, batch: Batch) -> dict[str, float]:
         weighting = "tokens" if self.actor.loss_agg_mode == "token-mean" else "sequences"
         metrics = self.train_epochs(batch, self._actor_loss, self.actor.update, "actor", weighting)
-        if self._rollout is not None and self.actor.rollout.engine != "hf":
-            self._rollout.engine.update_weights(self.model.state_dict())
+        self._engine_stale = self.engine_owns_weights
         return metrics
 
     # --- checkpoints -----------------------------------------------------------------
 
     def save_checkpoint(self, directory: str) -> None:
+        """``actor/``: the fp32 policy as a plain HF directory (gathered under fsdp), which
+        evaluation and serving read; plus the training state (sharded under fsdp)."""
+        out = Path(directory) / "actor"
+        if self.context.strategy == "fsdp":
+            state = full_state_dict(self.model)  # a collective; rank 0 receives the tensors
+            if self.rank == 0:
+                plain = plain_model(self.model.config, state)
+                plain.generation_config = self.model.generation_config
+                plain.save_pretrained(out)
+        elif self.rank == 0:
+            self.model.save_pretrained(out)
         if self.rank == 0:
-            self.model.save_pretrained(Path(directory) / "actor")
-            self.tokenizer.save_pretrained(Path(directory) / "actor")
+            self.tokenizer.save_pretrained(out)
         self.save_training_state(directory, "actor")
 
     def load_checkpoint(self, directory: str) -> None:
-        state = load_causal_lm(Path(directory) / "actor", dtype=DTYPES[self.actor.dtype]).state_dict()
-        with torch.no_grad():
-            self.model.load_state_dict(state)
+        if self.context.strategy != "fsdp":  # under fsdp the weights come back with the shards
+            state = load_causal_lm(Path(directory) / "actor", dtype=torch.float32).state_dict()
+            with torch.no_grad():
+                self.model.load_state_dict(state)
         self.load_training_state(directory, "actor")
-        if self._rollout is not None and self.actor.rollout.engine != "hf":
-            self._rollout.engine.update_weights(self.model.state_dict())
+        self._engine_stale = self.engine_owns_weights
 
     def shutdown(self) -> None:
         if self._rollout is not None:

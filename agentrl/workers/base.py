@@ -1,16 +1,19 @@
-"""What every role's worker shares: the run context, process setup and the update loop.
+"""What every role's worker shares: the run context, process setup, model layout and the update loop.
 
 A worker is a plain Python object (testable without Ray) that the worker group turns into
 a Ray actor. It is built from its own role's config section plus a ``RunContext`` (the few
 run-wide values every role needs, computed once by the driver). Workers of one role form a
-data-parallel group over torch.distributed (gloo on CPU, NCCL on GPU): each holds a full
-model replica and trains on its shard of every mini-batch; ``optimizer_step`` weights each
-micro-batch by its share of the *global* mini-batch and sums the ranks' gradients, so N
-ranks take the step one rank would take.
+data-parallel group over torch.distributed (gloo on CPU, NCCL on GPU): under ``dp`` each
+holds a full model replica, under ``fsdp`` a shard of it (``agentrl.models.sharding``); each
+trains on its shard of every mini-batch, and ``optimizer_step`` weights each micro-batch by
+its share of the *global* mini-batch and sums the ranks' gradients, so N ranks take the step
+one rank would take. Weights an optimiser steps are always fp32 (the master copy), whatever
+dtype the forward and backward compute in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,10 +26,11 @@ import torch.distributed as dist
 from agentrl.config.schema import ExperimentConfig, OptimConfig, UpdateConfig
 from agentrl.core.batch import Batch
 from agentrl.models.optim import build_optimizer
-from agentrl.models.update import LossFn, ProcessGroupSync, SingleProcess, optimizer_step
+from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharded_state, shard_model
+from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
 
-STRATEGIES = ("dp",)  # dp: full replicas, gradients summed over ranks
+STRATEGIES = ("dp", "fsdp")  # dp: full replicas, gradients summed; fsdp: FSDP2 shards (models/sharding.py)
 DEVICES = ("cpu", "cuda")
 
 
@@ -39,6 +43,7 @@ class RunContext:
     total_steps: int  # training steps the lr schedules span
     max_prompt_length: int
     max_response_length: int  # the response budget; also the Dr.GRPO loss normaliser
+    strategy: str = "dp"  # dp | fsdp (resources.strategy)
 
     @classmethod
     def from_config(cls, config: ExperimentConfig) -> RunContext:
@@ -48,29 +53,40 @@ class RunContext:
             total_steps=config.trainer.total_steps,
             max_prompt_length=config.data.max_prompt_length,
             max_response_length=config.data.max_response_length,
+            strategy=config.resources.strategy,
         )
 
 
 class Worker:
-    """Base of the role workers: device, rank, and the optional process group."""
+    """Base of the role workers: device, rank, torch threads and the optional process group."""
 
     def __init__(
-        self, context: RunContext, rank: int = 0, world_size: int = 1, master_port: int | None = None
+        self,
+        context: RunContext,
+        rank: int = 0,
+        world_size: int = 1,
+        master_port: int | None = None,
+        master_addr: str | None = None,
     ):
+        """``master_addr``/``master_port``: where rank 0 listens (its node's address, so ranks on
+        other nodes can join); the address defaults to this host for single-node groups."""
         self.context = context
         self.rank = rank
         self.world_size = world_size
-        self.device = torch.device(
-            "cuda" if context.device == "cuda" and torch.cuda.is_available() else "cpu"
-        )
+        use_cuda = context.device == "cuda" and torch.cuda.is_available()
+        self.device = torch.device("cuda" if use_cuda else "cpu")
         threads = os.environ.get("AGENTRL_TORCH_THREADS")
         if threads:
             torch.set_num_threads(int(threads))
         seed_everything(context.seed + rank)
-        if world_size > 1:
-            if master_port is None:
+        if world_size > 1 or context.strategy == "fsdp":  # FSDP shards over a process group, even of one
+            if master_port is None and world_size > 1:
                 raise ValueError("a worker group of size > 1 needs a master_port for torch.distributed")
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            if master_port is None:
+                from agentrl.workers.group import free_port
+
+                master_port = free_port()
+            os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
             os.environ["MASTER_PORT"] = str(master_port)
             backend = "nccl" if self.device.type == "cuda" else "gloo"
             dist.init_process_group(backend, rank=rank, world_size=world_size)
@@ -83,18 +99,52 @@ class Worker:
             dist.destroy_process_group()
 
 
-class TrainableWorker(Worker):
-    """A worker that owns a trainable model, its optimiser and lr schedule."""
+class ModelWorker(Worker):
+    """A worker holding a model laid out for its strategy and computing in its compute dtype.
+
+    Under ``dp`` a bf16/fp16 compute dtype runs forward and backward under autocast over the
+    fp32 weights; under ``fsdp`` the model is sharded per decoder layer and FSDP's mixed
+    precision casts the gathered weights (a frozen model may also be held in the compute dtype).
+    """
 
     model: torch.nn.Module
+    compute_dtype: torch.dtype = torch.float32
+
+    def _lay_out(self, compute_dtype: torch.dtype, cpu_offload: bool = False) -> None:
+        """Shard ``self.model`` under fsdp; under dp it stays a full replica on this device."""
+        self.compute_dtype = compute_dtype
+        if self.context.strategy == "fsdp":
+            weights = next(self.model.parameters()).dtype
+            # fp32 weights compute in the compute dtype through FSDP's mixed precision; weights
+            # already held in the compute dtype (a frozen reference) need no casting.
+            shard_model(self.model, compute_dtype if weights == torch.float32 else torch.float32, cpu_offload)
+
+    def compute(self) -> contextlib.AbstractContextManager:
+        """The context forward passes run in: autocast to the compute dtype for fp32 dp weights."""
+        fp32_weights = next(self.model.parameters()).dtype == torch.float32
+        if self.context.strategy == "dp" and fp32_weights and self.compute_dtype != torch.float32:
+            return torch.autocast(self.device.type, dtype=self.compute_dtype)
+        return contextlib.nullcontext()
+
+
+class TrainableWorker(ModelWorker):
+    """A worker that owns a trainable model, its optimiser and lr schedule."""
 
     def _setup_optimizer(self, optim: OptimConfig) -> None:
+        low = [n for n, p in self.model.named_parameters() if p.requires_grad and p.dtype != torch.float32]
+        if low:
+            # Stepping bf16/fp16 weights rounds most small updates away: the run would not learn.
+            raise TypeError(f"the optimiser must step fp32 master weights; '{low[0]}' is in low precision")
         self.optim_config = optim
         self.optimizer, self.scheduler = build_optimizer(
             self.model.parameters(), optim, total_steps=self.context.total_steps
         )
         self.shuffle_generator = torch.Generator().manual_seed(self.context.seed + 1000 + self.rank)
-        self.sync = ProcessGroupSync() if self.world_size > 1 else SingleProcess()
+        self.sync: GradientSync
+        if self.context.strategy == "fsdp":
+            self.sync = ShardedSync()
+        else:
+            self.sync = ProcessGroupSync() if self.world_size > 1 else SingleProcess()
 
     def train_epochs(
         self, batch: Batch, loss_fn: LossFn, update: UpdateConfig, metric_prefix: str, weighting: str
@@ -135,24 +185,31 @@ class TrainableWorker(Worker):
     # --- checkpoints ----------------------------------------------------------------
 
     def save_training_state(self, directory: str, name: str) -> None:
-        """Optimiser, scheduler and RNG state (rank 0 writes: replicas are identical)."""
-        if self.rank != 0:
-            return
+        """Optimiser, scheduler and RNG state. dp: rank 0 writes (replicas are identical);
+        fsdp: every rank writes its model and optimiser shards (``torch.distributed.checkpoint``,
+        ``{name}_sharded/``) and its own schedule and RNG state."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "shuffle_generator": self.shuffle_generator.get_state(),
-                "rng": rng_state(),
-            },
-            path / f"{name}_training_state.pt",
-        )
+        local = {
+            "scheduler": self.scheduler.state_dict(),
+            "shuffle_generator": self.shuffle_generator.get_state(),
+            "rng": rng_state(),
+        }
+        if self.context.strategy == "fsdp":
+            save_sharded_state(path / f"{name}_sharded", self.model, self.optimizer)
+            torch.save(local, path / f"{name}_rank{self.rank}_state.pt")
+        elif self.rank == 0:
+            torch.save(local | {"optimizer": self.optimizer.state_dict()}, path / f"{name}_training_state.pt")
 
     def load_training_state(self, directory: str, name: str) -> None:
-        state = torch.load(Path(directory) / f"{name}_training_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        """What ``save_training_state`` wrote (fsdp: same world size; the weights come back too)."""
+        path = Path(directory)
+        if self.context.strategy == "fsdp":
+            load_sharded_state(path / f"{name}_sharded", self.model, self.optimizer)
+            state = torch.load(path / f"{name}_rank{self.rank}_state.pt", weights_only=False)
+        else:
+            state = torch.load(path / f"{name}_training_state.pt", weights_only=False)
+            self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.shuffle_generator.set_state(state["shuffle_generator"])
         set_rng_state(state["rng"])

@@ -12,6 +12,7 @@ from agentrl.core.losses import value_loss
 from agentrl.core.masked import masked_mean
 from agentrl.models.forward import no_grad_over_micro_batches, value_forward
 from agentrl.models.loading import DTYPES, build_value_model
+from agentrl.models.sharding import full_state_dict
 from agentrl.workers.base import RunContext, TrainableWorker
 
 
@@ -25,14 +26,18 @@ class CriticWorker(TrainableWorker):
         rank: int = 0,
         world_size: int = 1,
         master_port: int | None = None,
+        master_addr: str | None = None,
     ):
-        super().__init__(context, rank, world_size, master_port)
+        super().__init__(context, rank, world_size, master_port, master_addr)
         if not critic.model_path:
             raise ValueError(
                 "CriticWorker needs critic.model_path (the driver fills it from actor.model_path)"
             )
         self.critic = critic
-        self.model = build_value_model(critic.model_path, dtype=DTYPES[critic.dtype], device=self.device)
+        self.model = build_value_model(critic.model_path, dtype=torch.float32, device=self.device)
+        if critic.gradient_checkpointing:
+            self.model.backbone.gradient_checkpointing_enable()
+        self._lay_out(DTYPES[critic.compute_dtype], critic.cpu_offload)
         self._setup_optimizer(critic.optim)
 
     def compute_values(self, batch: Batch) -> torch.Tensor:
@@ -40,12 +45,14 @@ class CriticWorker(TrainableWorker):
         self.model.eval()
         update = self.critic.update
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
-        return no_grad_over_micro_batches(
-            lambda mb: value_forward(self.model, mb), batch, update.micro_batch_size, max_tokens
-        )
+        with self.compute():
+            return no_grad_over_micro_batches(
+                lambda mb: value_forward(self.model, mb), batch, update.micro_batch_size, max_tokens
+            )
 
     def _critic_loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        values = value_forward(self.model, micro)
+        with self.compute():
+            values = value_forward(self.model, micro)
         loss, metrics = value_loss(
             values,
             micro["values"],
@@ -67,12 +74,19 @@ class CriticWorker(TrainableWorker):
         return self.train_epochs(batch, self._critic_loss, self.critic.update, "critic", weighting)
 
     def save_checkpoint(self, directory: str) -> None:
-        if self.rank == 0:
-            self.model.save_pretrained(Path(directory) / "critic")
+        """``critic/`` as a plain directory (gathered under fsdp) plus the training state."""
+        out = Path(directory) / "critic"
+        if self.context.strategy == "fsdp":
+            state = full_state_dict(self.model)  # a collective; rank 0 receives the tensors
+            if self.rank == 0:
+                self.model.save_pretrained(out, state_dict=state)
+        elif self.rank == 0:
+            self.model.save_pretrained(out)
         self.save_training_state(directory, "critic")
 
     def load_checkpoint(self, directory: str) -> None:
-        restored = build_value_model(Path(directory) / "critic", dtype=DTYPES[self.critic.dtype])
-        with torch.no_grad():
-            self.model.load_state_dict(restored.state_dict())
+        if self.context.strategy != "fsdp":  # under fsdp the weights come back with the shards
+            restored = build_value_model(Path(directory) / "critic", dtype=torch.float32)
+            with torch.no_grad():
+                self.model.load_state_dict(restored.state_dict())
         self.load_training_state(directory, "critic")

@@ -2,8 +2,10 @@
 
 The driver never talks to a single worker: it asks the group to run a method on all
 ranks (``run_all``), or to split a batch / list across ranks, run the method on each
-shard and reassemble the results (``run_sharded``). Ranks of one group share a
-torch.distributed process group, so training methods average gradients among them.
+shard and reassemble the results (``run_sharded``, ``run_shards``). Ranks of one group
+share a torch.distributed process group whose rank 0 listens on its own node's address,
+so a group may span nodes. Batches are split by token count, not by row count: the
+rank that would hold the longest trajectories does not set the pace for the others.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,26 +26,47 @@ from agentrl.core.batch import Batch
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 
-def _shard(items: Any, parts: int) -> list[Any]:
-    if isinstance(items, Batch):
-        return items.chunk(parts)
-    bounds = np.linspace(0, len(items), parts + 1).round().astype(int)
-    return [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+def _rendezvous() -> tuple[str, int]:
+    """This node's address and a free port on it (run where rank 0 will run)."""
+    return ray.util.get_node_ip_address(), free_port("")
+
+
+def balanced_partition(weights: Sequence[float], parts: int) -> list[list[int]]:
+    """``parts`` lists of equally many indices whose weight sums are as even as a greedy
+    longest-first assignment makes them; each list keeps its indices in increasing order.
+
+    Equal counts keep every rank's number of mini- and micro-batches the same (a rank with
+    fewer would leave the others waiting in a collective); the greedy order balances tokens.
+    """
+    if len(weights) % parts:
+        raise ValueError(f"{len(weights)} items cannot be split into {parts} equal parts")
+    room = len(weights) // parts
+    loads = [0.0] * parts
+    members: list[list[int]] = [[] for _ in range(parts)]
+    for index in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        rank = min((r for r in range(parts) if len(members[r]) < room), key=lambda r: (loads[r], r))
+        members[rank].append(index)
+        loads[rank] += weights[index]
+    return [sorted(m) for m in members]
+
+
+def token_counts(batch: Batch) -> list[float]:
+    return batch["attention_mask"].sum(dim=-1).float().tolist()
 
 
 def mini_batch_shards(batch: Batch, parts: int, mini_batch_size: int) -> list[Batch]:
-    """One shard per rank for an update: rank r holds the r-th slice of every mini-batch.
+    """One shard per rank for an update: rank r holds its part of every mini-batch, in order.
 
     Splitting rank r's shard into ``mini_batch_size // parts`` rows then gives, at position
-    i, rank r's part of the i-th global mini-batch, so (without shuffling) N ranks step on
-    the same mini-batches as one rank would. Needs ``parts`` to divide the mini-batch and
-    the batch (the config check enforces both).
+    i, rank r's part of the i-th global mini-batch: N ranks step on the same mini-batches as
+    one rank would. Within a mini-batch the rows go to ranks balanced by token count. Needs
+    ``parts`` to divide the mini-batch and the batch (the config check enforces both).
     """
     if parts == 1:
         return [batch]
@@ -52,8 +76,8 @@ def mini_batch_shards(batch: Batch, parts: int, mini_batch_size: int) -> list[Ba
         )
     pieces: list[list[Batch]] = [[] for _ in range(parts)]
     for mini in batch.split(mini_batch_size):
-        for rank, piece in enumerate(mini.chunk(parts)):
-            pieces[rank].append(piece)
+        for rank, rows in enumerate(balanced_partition(token_counts(mini), parts)):
+            pieces[rank].append(mini.index(rows))
     return [Batch.concat(rank_pieces) for rank_pieces in pieces]
 
 
@@ -74,6 +98,21 @@ def _combine(results: list[Any]) -> Any:
     return results
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a group's ranks run: bundle ``bundles[r]`` of placement group ``group`` for rank r,
+    with ``torch_threads[r]`` threads each."""
+
+    group: Any  # ray.util.placement_group.PlacementGroup
+    bundles: tuple[int, ...]
+    torch_threads: tuple[int, ...]
+
+    def strategy(self, rank: int) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=self.bundles[rank])
+
+
 class WorkerGroup:
     def __init__(
         self,
@@ -83,22 +122,33 @@ class WorkerGroup:
         num_cpus: float = 1.0,
         num_gpus: float = 0.0,
         name: str = "worker",
+        placement: Placement | None = None,
     ) -> None:
-        """``worker_cls(*args, rank, world_size, master_port)`` on each of ``world_size`` Ray actors
-        (``args``: the role's config section and the run context)."""
+        """``worker_cls(*args, rank, world_size, master_port, master_addr)`` on each of
+        ``world_size`` Ray actors (``args``: the role's config section and the run context),
+        placed by ``placement`` when given."""
         self.name = name
         self.world_size = world_size
-        port = free_port() if world_size > 1 else None
-        env = dict(WORKER_ENV)
-        # User code named by import path (scorers, tools) resolves from the launch directory,
-        # as it does in the driver.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
-        if "AGENTRL_TORCH_THREADS" in os.environ:
-            env["AGENTRL_TORCH_THREADS"] = os.environ["AGENTRL_TORCH_THREADS"]
-        remote_cls = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, runtime_env={"env_vars": env})(
-            worker_cls
-        )
-        self.workers = [remote_cls.remote(*args, rank, world_size, port) for rank in range(world_size)]
+        addr = port = None
+        if world_size > 1:
+            rendezvous = ray.remote(num_cpus=0)(_rendezvous)
+            if placement is not None:
+                rendezvous = rendezvous.options(scheduling_strategy=placement.strategy(0))
+            addr, port = ray.get(rendezvous.remote())
+        self.workers = []
+        for rank in range(world_size):
+            options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+            env = dict(WORKER_ENV)
+            # User code named by import path (scorers, tools) resolves from the launch directory,
+            # as it does in the driver.
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+            if placement is not None:
+                options["scheduling_strategy"] = placement.strategy(rank)
+                env["AGENTRL_TORCH_THREADS"] = str(placement.torch_threads[rank])
+            elif "AGENTRL_TORCH_THREADS" in os.environ:
+                env["AGENTRL_TORCH_THREADS"] = os.environ["AGENTRL_TORCH_THREADS"]
+            remote_cls = ray.remote(worker_cls).options(runtime_env={"env_vars": env}, **options)
+            self.workers.append(remote_cls.remote(*args, rank, world_size, port, addr))
         ray.get([w.ping.remote() for w in self.workers])  # surface constructor errors here, by role
 
     def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
@@ -108,17 +158,25 @@ class WorkerGroup:
         return ray.get(getattr(self.workers[0], method).remote(*args, **kwargs))
 
     def run_sharded(self, method: str, items: Batch | Sequence, *args: Any, **kwargs: Any) -> Any:
-        """Split ``items`` across ranks, run ``method(shard, *args)`` on each, reassemble."""
+        """Split ``items`` across ranks, run ``method(shard, *args)`` on each, reassemble.
+
+        A ``Batch`` is split by token count (equal rows per rank); a tensor result comes back
+        in the batch's own row order. Other sequences are cut into contiguous chunks.
+        """
         if self.world_size == 1:
             return self.run_rank0(method, items, *args, **kwargs)
-        shards = _shard(items, self.world_size)
-        results = ray.get(
-            [
-                getattr(w, method).remote(shard, *args, **kwargs)
-                for w, shard in zip(self.workers, shards, strict=True)
-            ]
-        )
-        return _combine(results)
+        if not isinstance(items, Batch) or len(items) % self.world_size:
+            bounds = np.linspace(0, len(items), self.world_size + 1).round().astype(int)
+            shards = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+            return self.run_shards(method, shards, *args, **kwargs)
+        parts = balanced_partition(token_counts(items), self.world_size)
+        result = self.run_shards(method, [items.index(rows) for rows in parts], *args, **kwargs)
+        if isinstance(result, torch.Tensor):
+            order = torch.tensor([i for rows in parts for i in rows])
+            restored = torch.empty_like(result)
+            restored[order] = result
+            return restored
+        return result
 
     def run_shards(self, method: str, shards: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``method(shards[r], *args)`` on rank r and reassemble, for callers that shard themselves."""

@@ -29,8 +29,9 @@ class RuleRewardWorker(Worker):
         rank: int = 0,
         world_size: int = 1,
         master_port: int | None = None,
+        master_addr: str | None = None,
     ):
-        super().__init__(context, rank, world_size, master_port)
+        super().__init__(context, rank, world_size, master_port, master_addr)
         self.reward = reward
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -58,8 +59,9 @@ class RewardModelWorker(Worker):
         rank: int = 0,
         world_size: int = 1,
         master_port: int | None = None,
+        master_addr: str | None = None,
     ):
-        super().__init__(context, rank, world_size, master_port)
+        super().__init__(context, rank, world_size, master_port, master_addr)
         if not reward.reward_model_path:
             raise ValueError("RewardModelWorker needs reward.reward_model_path")
         self.reward = reward

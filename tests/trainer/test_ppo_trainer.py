@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import ray
 import torch
+from safetensors.torch import load_file
 
 from agentrl.config import load_config
 from agentrl.trainer.checkpoint import CheckpointManager
@@ -73,15 +74,15 @@ def run(preset: str, overrides: list[str]) -> tuple[PPOTrainer, dict, dict]:
     """Fit and return the trainer with reference/actor weight checksums before and after."""
     trainer = PPOTrainer(load_config(preset, overrides))
     trainer.init_workers()
-    before = {"actor": trainer.roles.actor.run_rank0("weight_checksum")}
+    before = {"actor": trainer.roles.actor.run_all("weight_checksum")[0]}
     if trainer.roles.reference is not None:
-        before["reference"] = trainer.roles.reference.run_rank0("weight_checksum")
+        before["reference"] = trainer.roles.reference.run_all("weight_checksum")[0]
     trainer.init_workers = lambda: None  # already up
     try:
         trainer.fit()
-        after = {"actor": trainer.roles.actor.run_rank0("weight_checksum")}
+        after = {"actor": trainer.roles.actor.run_all("weight_checksum")[0]}
         if trainer.roles.reference is not None:
-            after["reference"] = trainer.roles.reference.run_rank0("weight_checksum")
+            after["reference"] = trainer.roles.reference.run_all("weight_checksum")[0]
     finally:
         trainer.shutdown()
     return trainer, before, after
@@ -155,8 +156,24 @@ def _trainer_state(path: Path) -> dict:
     return torch.load(path / "actor_training_state.pt", weights_only=False)
 
 
-def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path):
-    common = {"trainer.save_freq": 1, "trainer.dump_trajectories": True}
+# Two ranks per role under fsdp: a fresh cluster sized for them.
+FSDP = {
+    "resources.strategy": "fsdp",
+    "resources.actor_workers": 2,
+    "resources.critic_workers": 2,
+    "resources.num_cpus": 8,
+}
+STRATEGIES = [pytest.param({}, id="dp"), pytest.param(FSDP, id="fsdp-2-ranks")]
+
+
+def _final_actor_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(CheckpointManager(run_dir).latest() / "actor" / "model.safetensors")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path, strategy):
+    ray.shutdown()
+    common = {"trainer.save_freq": 1, "trainer.dump_trajectories": True, **strategy}
     straight = tmp_path / "straight"
     run("ppo", search_world.overrides(straight, steps=3, **common))
     resumed = tmp_path / "resumed"
@@ -170,29 +187,28 @@ def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path):
         return [(r["prompt_ids"], r["response_ids"], r["segments"]) for r in records]
 
     assert step3(straight) == step3(resumed), "step 3's batch differs after resume"
-    a = _trainer_state(CheckpointManager(straight).latest())["optimizer"]["state"]
-    b = _trainer_state(CheckpointManager(resumed).latest())["optimizer"]["state"]
+    a, b = _final_actor_weights(straight), _final_actor_weights(resumed)
     assert a.keys() == b.keys()
     for key in a:
-        torch.testing.assert_close(a[key]["exp_avg"], b[key]["exp_avg"])
-        torch.testing.assert_close(a[key]["exp_avg_sq"], b[key]["exp_avg_sq"])
+        torch.testing.assert_close(a[key], b[key])
+    if not strategy:  # dp keeps the optimiser state in one file: compare it too
+        a = _trainer_state(CheckpointManager(straight).latest())["optimizer"]["state"]
+        b = _trainer_state(CheckpointManager(resumed).latest())["optimizer"]["state"]
+        for key in a:
+            torch.testing.assert_close(a[key]["exp_avg"], b[key]["exp_avg"])
+            torch.testing.assert_close(a[key]["exp_avg_sq"], b[key]["exp_avg_sq"])
     assert [r["step"] for r in read_metrics(resumed)] == [1, 2, 3]
 
 
-def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_world, tmp_path):
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_world, tmp_path, strategy):
+    ray.shutdown()
     run_dir = tmp_path / "killed"
-    args = search_world.overrides(run_dir, steps=3, **{"trainer.save_freq": 1})
+    args = search_world.overrides(run_dir, steps=3, **{"trainer.save_freq": 1, **strategy})
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    script = REPO / "tests" / "support" / "slow_checkpoint_trainer.py"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "tests" / "support" / "slow_checkpoint_trainer.py"),
-            "2",
-            "60",
-            "--preset",
-            "ppo",
-            *args,
-        ],
+        [sys.executable, str(script), "2", "60", "--preset", "ppo", *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -200,7 +216,7 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_w
         start_new_session=True,
     )
     partial = run_dir / "checkpoints" / ".step_2.partial"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 240
     try:
         while not (partial / "actor").exists():
             assert proc.poll() is None, "trainer exited before the second checkpoint"
@@ -212,10 +228,15 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_w
     manager = CheckpointManager(run_dir)
     assert [step for step, _ in manager.complete_checkpoints()] == [1]
     assert partial.exists() and not (partial / "COMPLETE").exists()
+    straight = tmp_path / "straight"
+    run("ppo", search_world.overrides(straight, steps=3, **{"trainer.save_freq": 1, **strategy}))
     trainer, _, _ = run("ppo", args)
     assert trainer.global_step == 3
     assert [step for step, _ in manager.complete_checkpoints()] == [2, 3]
     assert [r["step"] for r in read_metrics(run_dir)][-2:] == [2, 3]
+    a, b = _final_actor_weights(straight), _final_actor_weights(run_dir)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], msg=f"{key}: the resumed run ends elsewhere")
 
 
 def test_nan_reward_stops_the_run_naming_step_and_metric_without_a_checkpoint(search_world, tmp_path):
@@ -286,7 +307,42 @@ def test_a_cluster_too_small_for_the_roles_is_a_clear_error_not_a_hang(search_wo
     ray.init(num_cpus=2, include_dashboard=False)
     try:
         trainer = PPOTrainer(load_config("ppo", search_world.overrides(tmp_path / "small")))
-        with pytest.raises(RuntimeError, match=r"has 2 CPUs but the roles need 3\.5"):
+        with pytest.raises(RuntimeError, match=r"has 2 CPUs and 0 GPUs; the split placement needs 3\.5 CPUs"):
             trainer.init_workers()
+    finally:
+        ray.shutdown()
+
+
+def test_a_placement_asking_for_more_gpus_than_the_cluster_has_fails_before_any_worker_starts(
+    search_world, tmp_path
+):
+    ray.shutdown()
+    ray.init(num_cpus=8, num_gpus=1, include_dashboard=False)
+    try:
+        trainer = PPOTrainer(
+            load_config(
+                "ppo", search_world.overrides(tmp_path / "gpus", **{"resources.num_gpus_per_worker": 1})
+            )
+        )
+        started = time.monotonic()
+        with pytest.raises(
+            RuntimeError, match=r"has 8 CPUs and 1 GPUs; the split placement needs 3\.5 CPUs and 3 GPUs"
+        ):
+            trainer.init_workers()
+        assert time.monotonic() - started < 10
+        assert trainer.roles is None, "no worker group may have started"
+    finally:
+        ray.shutdown()
+
+
+def test_colocated_roles_share_the_gpu_of_each_rank_and_train(search_world, tmp_path):
+    """Actor, reference and critic on one (logical) GPU: a cluster too small for split placement."""
+    ray.shutdown()
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False)
+    run_dir = tmp_path / "colocated"
+    overrides = {"resources.num_gpus_per_worker": 1, "resources.placement": "colocated"}
+    try:
+        _, before, after = run("ppo", search_world.overrides(run_dir, steps=1, **overrides))
+        assert after["actor"] != before["actor"] and len(read_metrics(run_dir)) == 1
     finally:
         ray.shutdown()

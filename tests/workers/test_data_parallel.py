@@ -48,10 +48,12 @@ def test_two_ranks_over_several_mini_batches_end_with_the_one_rank_weights():
         torch.testing.assert_close(result["weight"], single["weight"], rtol=1e-5, atol=1e-6)
 
 
-def test_mini_batch_shards_give_each_rank_its_slice_of_every_mini_batch():
+def test_mini_batch_shards_give_each_rank_a_token_balanced_part_of_every_mini_batch():
     batch = token_batch([1, 2, 3, 4, 5, 6, 7, 8])
     shards = mini_batch_shards(batch, 2, 4)
     counts = [shard["response_mask"].sum(-1).tolist() for shard in shards]
-    assert counts == [[1.0, 2.0, 5.0, 6.0], [3.0, 4.0, 7.0, 8.0]]
+    # mini-batch 1 holds 1-4 tokens, mini-batch 2 holds 5-8: each rank gets 2 rows of each,
+    # 5 tokens apiece of the first and 13 of the second (row order would give 3/7 and 11/15)
+    assert counts == [[1.0, 4.0, 5.0, 8.0], [2.0, 3.0, 6.0, 7.0]]
     with pytest.raises(ValueError, match="must divide both the mini-batch"):
         mini_batch_shards(batch, 3, 4)
