@@ -79,24 +79,44 @@ class Worker:
         if threads:
             torch.set_num_threads(int(threads))
         seed_everything(context.seed + rank)
+        # Whether this worker created the default process group (and so may destroy it): a library
+        # in the same process (vLLM in-process) may own one already, and destroying the default
+        # group tears down every group in the process, theirs included.
+        self._owns_process_group = False
         if world_size > 1 or context.strategy == "fsdp":  # FSDP shards over a process group, even of one
-            if master_port is None and world_size > 1:
-                raise ValueError("a worker group of size > 1 needs a master_port for torch.distributed")
-            if master_port is None:
-                from agentrl.workers.group import free_port
+            self._join_process_group(master_port, master_addr)
 
-                master_port = free_port()
-            os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
-            os.environ["MASTER_PORT"] = str(master_port)
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
-            dist.init_process_group(backend, rank=rank, world_size=world_size)
+    def _join_process_group(self, master_port: int | None, master_addr: str | None) -> None:
+        """Create the default process group, or join the one this process already has when its
+        ranks are ours (it then stays with whoever created it)."""
+        rank, world_size = self.rank, self.world_size
+        if dist.is_initialized():
+            if dist.get_world_size() != world_size or dist.get_rank() != rank:
+                raise RuntimeError(
+                    f"this process already has a torch.distributed group of world size "
+                    f"{dist.get_world_size()} (rank {dist.get_rank()}), created outside the worker; "
+                    f"the worker needs rank {rank} of {world_size}"
+                )
+            return
+        if master_port is None and world_size > 1:
+            raise ValueError("a worker group of size > 1 needs a master_port for torch.distributed")
+        if master_port is None:
+            from agentrl.workers.group import free_port
+
+            master_port = free_port()
+        os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
+        os.environ["MASTER_PORT"] = str(master_port)
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        self._owns_process_group = True
 
     def ping(self) -> int:
         return self.rank
 
     def shutdown(self) -> None:
-        if dist.is_initialized():
+        if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
+            self._owns_process_group = False
 
 
 class ModelWorker(Worker):

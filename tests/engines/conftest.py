@@ -43,7 +43,9 @@ def reference_model(tiny_dir: Path) -> torch.nn.Module:
     return load_causal_lm(tiny_dir).eval()
 
 
-@pytest.fixture(scope="session")
+# Module scope: in-process vLLM owns this process's default torch.distributed group until it
+# shuts down, and later test modules create their own.
+@pytest.fixture(scope="module")
 def _vllm_engine(tiny_dir: Path) -> Iterator[object]:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
