@@ -1,25 +1,52 @@
 """Forward passes over a rollout batch: per-response-token log-probs, entropy and values.
 
 Batch layout (from ``agentrl.agent.collate.collate``): ``input_ids`` is the left-padded
-prompt (width P) followed by the right-padded response (width R). The logit that predicts
-response token j sits at column P − 1 + j, so every quantity here is read from columns
-[P − 1, P + R − 1) and comes back as ``(B, R)``. Values at padding positions are
-unspecified (callers reduce under ``response_mask``).
+prompt (width P) followed by the right-padded response (width R). The state that predicts
+response token j is the one of the token before it (column P − 1 + j), and every result
+comes back as ``(B, R)``. Values at padding positions are unspecified (callers reduce under
+``response_mask``); the policy's log-probs and entropy are 0 there.
 
-Micro-batches are trimmed of columns that are padding in every row (left of the longest
-prompt, right of the longest response), so a micro-batch of short sequences costs what
-its own lengths cost, not the batch's widest row.
+Padded path: micro-batches are trimmed of columns that are padding in every row (left of
+the longest prompt, right of the longest response), so a micro-batch of short sequences
+costs what its own lengths cost, not the batch's widest row.
+
+Packed path (``packed=True``): the real tokens of every row (prompt without its left
+padding, response without its right padding) are concatenated into one row whose position
+ids restart at 0 for each sequence, with ``attention_mask=None``. transformers reads such
+position ids as packed sequences (``masking_utils.find_packed_sequence_indices``): sdpa and
+eager attention get a block-diagonal causal mask, flash-attention uses the boundaries
+directly. No padding token is computed; results are scattered back to ``(B, R)``.
+
+Vocabulary projection (policy): the model is called with ``logits_to_keep=1`` and the
+decoder's output states (final norm applied) are taken with a forward hook, so the full
+(tokens × vocabulary) logits are never built. Only the attended response positions are
+projected, ``chunk_tokens`` at a time, each chunk's logits in fp32 and, when gradients are
+needed, under activation checkpointing, so no chunk's logits are kept for backward (they
+are recomputed there). Models whose logits are not ``lm_head(hidden)`` take the plain
+full-logits path (``_output_head``).
 """
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from agentrl.core.batch import Batch
 from agentrl.core.losses import entropy_from_logits, log_probs_from_logits
+
+# Config attributes of architectures whose logits are transformed after the LM head
+# (Gemma-2/3 softcapping, Cohere and Granite scaling): those take the full-logits path.
+_LOGIT_CAPS = ("final_logit_softcapping",)
+_LOGIT_SCALES = ("logit_scale", "logits_scaling")
+# Per model: does lm_head(decoder output) reproduce the logits the model itself returns?
+# Checked once on the first call, so an architecture with an unlisted transform falls back too.
+_HEAD_VERIFIED: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -30,6 +57,30 @@ class TrimmedInputs:
     responses: torch.Tensor  # (b, r) with r <= R
     first_logit: int  # column of the logit that predicts response token 0
     response_width: int  # R of the untrimmed batch, to pad results back
+
+
+@dataclass
+class ResponseIndex:
+    """Where the state predicting each attended response token sits, and where its result goes."""
+
+    sources: torch.Tensor  # (n,) position in the forward's flattened (rows × columns) output
+    rows: torch.Tensor  # (n,) row of the token in the (b, R) result
+    columns: torch.Tensor  # (n,) column of the token in the (b, R) result
+    targets: torch.Tensor  # (n,) the token id
+    shape: tuple[int, int]  # (b, R)
+
+    def scatter(self, values: torch.Tensor) -> torch.Tensor:
+        """(n,) per-token results → (b, R), 0 where there is no response token."""
+        return values.new_zeros(self.shape).index_put((self.rows, self.columns), values)
+
+
+@dataclass
+class PackedInputs:
+    """A micro-batch's real tokens as one row, sequences one after another."""
+
+    input_ids: torch.Tensor  # (1, N), N = attention_mask.sum()
+    position_ids: torch.Tensor  # (1, N), restarting at 0 at each sequence's first token
+    index: ResponseIndex
 
 
 def trim_padding(batch: Batch) -> TrimmedInputs:
@@ -54,10 +105,179 @@ def trim_padding(batch: Batch) -> TrimmedInputs:
     )
 
 
-def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
-    if values.shape[1] == width:
-        return values
-    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
+def _padded_index(inputs: TrimmedInputs) -> ResponseIndex:
+    """The attended response tokens of a trimmed batch, read from the column before each."""
+    width = inputs.responses.shape[1]
+    response_columns = inputs.attention_mask[:, inputs.first_logit + 1 : inputs.first_logit + 1 + width]
+    rows, columns = torch.nonzero(response_columns.bool(), as_tuple=True)
+    total = inputs.input_ids.shape[1]
+    return ResponseIndex(
+        sources=rows * total + inputs.first_logit + columns,
+        rows=rows,
+        columns=columns,
+        targets=inputs.responses[rows, columns],
+        shape=(inputs.input_ids.shape[0], inputs.response_width),
+    )
+
+
+def pack_sequences(batch: Batch) -> PackedInputs:
+    """The attended tokens of every row, concatenated into one row (module docstring: packed path).
+
+    Positions count each row's attended tokens from 0, which is what ``collate``'s
+    ``position_ids`` hold there, so each sequence sees the positions of the padded layout.
+    Response token j of a row is predicted by the state of the token before it in the same
+    sequence (its last prompt token for j = 0), so every row needs a non-empty prompt.
+    """
+    attention = batch["attention_mask"].bool()
+    rows_count, total = attention.shape
+    width = batch["responses"].shape[1]
+    lengths = attention.sum(dim=1)
+    starts = torch.cumsum(lengths, dim=0) - lengths
+    packed_count = int(lengths.sum())
+    positions = torch.arange(packed_count, device=attention.device) - torch.repeat_interleave(starts, lengths)
+    # Row-major order of the attended tokens is their order in the packed row.
+    packed_column = torch.cumsum(attention.flatten().long(), dim=0).view(rows_count, total) - 1
+    rows, columns = torch.nonzero(attention[:, total - width :], as_tuple=True)
+    sources = packed_column[:, total - width :][rows, columns] - 1
+    if bool((sources < starts[rows]).any()):
+        raise ValueError("packing needs at least one attended prompt token before each row's response")
+    index = ResponseIndex(sources, rows, columns, batch["responses"][rows, columns], (rows_count, width))
+    return PackedInputs(batch["input_ids"][attention].unsqueeze(0), positions.unsqueeze(0), index)
+
+
+def _model_inputs(batch: Batch, packed: bool) -> tuple[dict[str, torch.Tensor | None], ResponseIndex]:
+    """The model's keyword inputs for the padded (trimmed) or the packed layout, and the response index."""
+    if packed:
+        inputs = pack_sequences(batch)
+        # attention_mask=None is what makes transformers read the restarting positions as packing.
+        kwargs = {"input_ids": inputs.input_ids, "attention_mask": None, "position_ids": inputs.position_ids}
+        return kwargs, inputs.index
+    trimmed = trim_padding(batch)
+    kwargs = {
+        "input_ids": trimmed.input_ids,
+        "attention_mask": trimmed.attention_mask,
+        "position_ids": trimmed.position_ids,
+    }
+    return kwargs, _padded_index(trimmed)
+
+
+def _output_head(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """The LM head when the logits are ``lm_head(decoder output)``, else None (full-logits path).
+
+    None for: configs with a logit softcap or scale; models without ``get_decoder`` /
+    ``get_output_embeddings``, or whose head is not an ``nn.Linear``; forwards without
+    ``logits_to_keep``; models whose first call showed a mismatch (``_HEAD_VERIFIED``).
+    """
+    config = getattr(model, "config", None)
+    if any(getattr(config, key, None) is not None for key in _LOGIT_CAPS):
+        return None
+    if any(getattr(config, key, None) not in (None, 1, 1.0) for key in _LOGIT_SCALES):
+        return None
+    if not (hasattr(model, "get_decoder") and hasattr(model, "get_output_embeddings")):
+        return None
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or model.get_decoder() is model:
+        return None
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return None
+    return None if _HEAD_VERIFIED.get(model) is False else head
+
+
+def _decoder_states(
+    model: torch.nn.Module, head: torch.nn.Linear, inputs: dict[str, torch.Tensor | None]
+) -> torch.Tensor | None:
+    """The decoder's output states (b, T, H) from a root-model call that computes one position's
+    logits; None when the head cannot reproduce the model's logits.
+
+    The root model is called, not its decoder, so hooks a wrapper put on the root (FSDP2's
+    ``fully_shard`` gathers parameters there) still run; the states come from a forward hook.
+    """
+    captured: list[torch.Tensor] = []
+
+    def keep(_module: torch.nn.Module, _args: object, output: object) -> None:
+        captured.append(output[0] if isinstance(output, tuple) else output.last_hidden_state)
+
+    handle = model.get_decoder().register_forward_hook(keep)
+    try:
+        logits = model(**inputs, use_cache=False, logits_to_keep=1).logits
+    finally:
+        handle.remove()
+    # No capture: the root did not run its decoder. A tensor subclass as the head's weight: a
+    # DTensor shard (FSDP2 resharded the root after forward), which cannot project plain states.
+    if not captured or type(head.weight) not in (torch.Tensor, torch.nn.Parameter):
+        return None
+    return captured[-1] if _head_reproduces(model, head, captured[-1], logits) else None
+
+
+def _head_reproduces(
+    model: torch.nn.Module, head: torch.nn.Linear, states: torch.Tensor, logits: torch.Tensor
+) -> bool:
+    """Whether ``head(states)`` at the last position equals the model's own logits there (cached)."""
+    if model not in _HEAD_VERIFIED:
+        with torch.no_grad():
+            ours = F.linear(states[:, -1], head.weight, head.bias).float()
+            theirs = logits[:, -1].float()
+            tolerance = 1e-2 * float(theirs.abs().max()) + 1e-5  # loose enough for bf16 rounding
+            _HEAD_VERIFIED[model] = bool((ours - theirs).abs().max() <= tolerance)
+    return _HEAD_VERIFIED[model]
+
+
+def _chunk_stats(
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each target (and entropy) from hidden states (``weight`` given) or from logits."""
+    logits = states if weight is None else F.linear(states, weight, bias)
+    logits = logits.float() / temperature
+    log_probs = log_probs_from_logits(logits, targets)
+    # The entropy comes last: under checkpointing, recomputation stops once the log-probs'
+    # saved tensors exist again, so a metric-only entropy is never recomputed.
+    entropy = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return log_probs, entropy
+
+
+def _token_stats(
+    states: torch.Tensor,
+    targets: torch.Tensor,
+    head: torch.nn.Linear | None,
+    temperature: float,
+    with_entropy: bool,
+    entropy_grad: bool,
+    chunk_tokens: int | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``_chunk_stats`` over (n, ·) states, ``chunk_tokens`` rows at a time (None: one piece).
+
+    With gradients, chunks run under non-reentrant checkpointing: backward keeps each chunk's
+    inputs only and recomputes its (tokens × vocabulary) logits when it reaches it.
+    """
+    if chunk_tokens is not None and chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1 or None, got {chunk_tokens}")
+    weight, bias = (head.weight, head.bias) if head is not None else (None, None)
+    size = max(chunk_tokens or len(targets), 1)
+    needs_grad = torch.is_grad_enabled() and (
+        states.requires_grad or (weight is not None and weight.requires_grad)
+    )
+    recompute = needs_grad and chunk_tokens is not None
+    log_probs, entropies = [], []
+    for start in range(0, max(len(targets), 1), size):
+        args = (states[start : start + size], targets[start : start + size], weight, bias)
+        options = (temperature, with_entropy, entropy_grad)
+        if recompute:
+            chunk = checkpoint(_chunk_stats, *args, *options, use_reentrant=False)
+        else:
+            chunk = _chunk_stats(*args, *options)
+        log_probs.append(chunk[0])
+        entropies.append(chunk[1])
+    entropy = torch.cat(entropies) if with_entropy else None
+    return torch.cat(log_probs), entropy
 
 
 def policy_forward(
@@ -66,34 +286,42 @@ def policy_forward(
     temperature: float = 1.0,
     with_entropy: bool = False,
     entropy_grad: bool = True,
+    *,
+    chunk_tokens: int | None = 1024,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(a_j | context) / T-scaled, and optionally entropy, for every response token: (b, R).
 
-    ``entropy_grad=False`` computes the entropy as a metric only: under ``no_grad``, so its
+    ``entropy_grad=False`` computes the entropy as a metric only: without a graph, so its
     (tokens × vocabulary) softmax is freed at once instead of staying in the autograd graph.
+    ``chunk_tokens`` response tokens are projected to the vocabulary at a time (None: all
+    at once, nothing recomputed: fastest, most memory). ``packed`` computes on the packed
+    row (module docstring); the results are the same.
     """
-    inputs = trim_padding(batch)
-    logits = model(
-        input_ids=inputs.input_ids,
-        attention_mask=inputs.attention_mask,
-        position_ids=inputs.position_ids,
-        use_cache=False,
-    ).logits
-    width = inputs.responses.shape[1]
-    response_logits = logits[:, inputs.first_logit : inputs.first_logit + width].float() / temperature
-    log_probs = log_probs_from_logits(response_logits, inputs.responses)
-    entropy = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy = entropy_from_logits(response_logits if entropy_grad else response_logits.detach())
-    return (
-        _pad_right(log_probs, inputs.response_width),
-        _pad_right(entropy, inputs.response_width) if entropy is not None else None,
+    inputs, index = _model_inputs(batch, packed)
+    head = _output_head(model)
+    states = _decoder_states(model, head, inputs) if head is not None else None
+    if states is None:  # the plain path: the model's own full logits
+        head = None
+        states = model(**inputs, use_cache=False).logits
+    log_probs, entropy = _token_stats(
+        states.flatten(0, 1)[index.sources],
+        index.targets,
+        head,
+        temperature,
+        with_entropy,
+        entropy_grad,
+        chunk_tokens,
     )
+    return index.scatter(log_probs), index.scatter(entropy) if entropy is not None else None
 
 
-def value_forward(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """V(s_j) for the state before each response token: (b, R)."""
+def value_forward(model: torch.nn.Module, batch: Batch, *, packed: bool = False) -> torch.Tensor:
+    """V(s_j) for the state before each response token: (b, R); ``packed`` as in ``policy_forward``."""
+    if packed:
+        inputs, index = _model_inputs(batch, packed=True)
+        values = model(**inputs)
+        return index.scatter(values.flatten()[index.sources].float())
     inputs = trim_padding(batch)
     values = model(
         input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, position_ids=inputs.position_ids
@@ -104,31 +332,48 @@ def value_forward(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     )
 
 
-def micro_batches(batch: Batch, micro_batch_size: int, max_tokens: int | None = None) -> Iterator[Batch]:
-    """Fixed-size micro-batches, or (``max_tokens`` set) groups whose padded cost stays under the budget.
+def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
+    if values.shape[1] == width:
+        return values
+    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
 
-    The token budget counts rows × the longest attended length in the group, which is
-    what a trimmed forward pass costs; a single row longer than the budget still forms
-    its own micro-batch.
+
+def micro_batches(
+    batch: Batch, micro_batch_size: int, max_tokens: int | None = None, packed: bool = False
+) -> Iterator[Batch]:
+    """Fixed-size micro-batches, or (``max_tokens`` set) groups whose cost stays under the budget.
+
+    The token budget counts what a forward pass of the group computes: rows × the longest
+    attended length for the trimmed padded layout, the sum of attended lengths when
+    ``packed``. A single row longer than the budget still forms its own micro-batch.
     """
     if max_tokens is None:
         yield from batch.split(micro_batch_size)
         return
-    lengths = batch["attention_mask"].sum(dim=-1).tolist()
-    start, longest = 0, 0
+    lengths = [int(n) for n in batch["attention_mask"].sum(dim=-1).tolist()]
+    start, longest, total = 0, 0, 0
     for i, length in enumerate(lengths):
-        candidate = max(longest, int(length))
-        if i > start and candidate * (i - start + 1) > max_tokens:
+        longest, total = max(longest, length), total + length
+        cost = total if packed else longest * (i - start + 1)
+        if i > start and cost > max_tokens:
             yield batch.index(slice(start, i))
-            start, candidate = i, int(length)
-        longest = candidate
+            start, longest, total = i, length, length
     if start < len(lengths):
         yield batch.index(slice(start, len(lengths)))
 
 
 def no_grad_over_micro_batches(
-    fn: Callable[[Batch], torch.Tensor], batch: Batch, micro_batch_size: int, max_tokens: int | None = None
+    fn: Callable[[Batch], torch.Tensor],
+    batch: Batch,
+    micro_batch_size: int,
+    max_tokens: int | None = None,
+    packed: bool = False,
 ) -> torch.Tensor:
-    """Apply ``fn`` to each micro-batch without gradients and concatenate along the batch."""
+    """Apply ``fn`` to each micro-batch without gradients and concatenate along the batch.
+
+    ``packed``: budget ``max_tokens`` by real tokens (``micro_batches``), for an ``fn`` that
+    computes on packed rows.
+    """
     with torch.no_grad():
-        return torch.cat([fn(mb) for mb in micro_batches(batch, micro_batch_size, max_tokens)], dim=0)
+        groups = micro_batches(batch, micro_batch_size, max_tokens, packed)
+        return torch.cat([fn(mb) for mb in groups], dim=0)

@@ -155,6 +155,7 @@ def optimizer_step(
     *,
     micro_batch_size: int,
     max_tokens: int | None = None,
+    packed: bool = False,
     weighting: str = "tokens",
     reduction: str = "mean",
     grad_clip: float = 0.0,
@@ -163,14 +164,15 @@ def optimizer_step(
 ) -> StepResult:
     """Zero, accumulate over micro-batches, sum over ranks, clip, check, step (module docstring).
 
-    ``max_tokens`` cuts micro-batches by padded token cost instead of ``micro_batch_size``;
+    ``max_tokens`` cuts micro-batches by token cost instead of ``micro_batch_size`` (real
+    tokens when ``packed``: ``loss_fn`` computes on packed rows, padded cost otherwise);
     ``reduction`` says whether ``loss_fn`` returns a mean or a sum over its weight units;
     ``grad_clip <= 0`` disables clipping; ``what`` names the loss in error messages.
     """
     sync = sync or SingleProcess()
     optimizer.zero_grad(set_to_none=True)
     total = max(sync.total(weight_of(mini_batch, weighting)), 1.0)
-    micros = micro_batches(mini_batch, micro_batch_size, max_tokens)
+    micros = micro_batches(mini_batch, micro_batch_size, max_tokens, packed)
     loss, metrics = accumulate_gradients(micros, loss_fn, total, weighting, what, reduction)
     sync.sum_gradients(model)
     max_norm = grad_clip if grad_clip > 0 else float("inf")

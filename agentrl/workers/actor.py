@@ -69,10 +69,17 @@ class PolicyWorker(ModelWorker):
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
         with self.compute():
             return no_grad_over_micro_batches(
-                lambda mb: policy_forward(self.model, mb, self.temperature)[0],
+                lambda mb: policy_forward(
+                    self.model,
+                    mb,
+                    self.temperature,
+                    chunk_tokens=update.logit_chunk_tokens,
+                    packed=update.pack_sequences,
+                )[0],
                 batch,
                 update.micro_batch_size,
                 max_tokens,
+                packed=update.pack_sequences,
             )
 
     def weight_checksum(self) -> float:
@@ -190,7 +197,13 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         need_entropy = actor.entropy_coeff != 0
         with self.compute():
             log_probs, entropy = policy_forward(
-                self.model, micro, self.temperature, with_entropy=True, entropy_grad=need_entropy
+                self.model,
+                micro,
+                self.temperature,
+                with_entropy=True,
+                entropy_grad=need_entropy,
+                chunk_tokens=actor.update.logit_chunk_tokens,
+                packed=actor.update.pack_sequences,
             )
         pg_loss, metrics = policy_loss(
             log_probs,

@@ -189,6 +189,7 @@ class TrainableWorker(ModelWorker):
                     loss_fn,
                     micro_batch_size=update.micro_batch_size,
                     max_tokens=max_tokens,
+                    packed=update.pack_sequences,
                     weighting=weighting,
                     grad_clip=self.optim_config.grad_clip,
                     sync=self.sync,

@@ -47,12 +47,16 @@ class CriticWorker(TrainableWorker):
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
         with self.compute():
             return no_grad_over_micro_batches(
-                lambda mb: value_forward(self.model, mb), batch, update.micro_batch_size, max_tokens
+                lambda mb: value_forward(self.model, mb, packed=update.pack_sequences),
+                batch,
+                update.micro_batch_size,
+                max_tokens,
+                packed=update.pack_sequences,
             )
 
     def _critic_loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with self.compute():
-            values = value_forward(self.model, micro)
+            values = value_forward(self.model, micro, packed=self.critic.update.pack_sequences)
         loss, metrics = value_loss(
             values,
             micro["values"],

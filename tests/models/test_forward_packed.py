@@ -1,0 +1,133 @@
+"""Packed micro-batches: every row's real tokens in one row, results equal to the padded layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentrl.core.batch import Batch
+from agentrl.models.forward import (
+    micro_batches,
+    no_grad_over_micro_batches,
+    pack_sequences,
+    policy_forward,
+    value_forward,
+)
+from agentrl.models.loading import build_value_model
+from tests.models.test_forward_chunked import (
+    TEMPERATURE,
+    assert_same,
+    build_model,
+    outputs_and_gradients,
+    response_attention,
+    rollout_batch,
+)
+
+
+def test_the_packed_row_holds_exactly_the_attended_tokens_with_positions_restarting_per_sequence():
+    batch = rollout_batch(vocab_size=100)
+    attention = batch["attention_mask"].bool()
+    packed = pack_sequences(batch)
+    assert packed.input_ids.shape == (1, int(attention.sum()))
+    assert packed.input_ids[0].tolist() == batch["input_ids"][attention].tolist()
+    assert packed.position_ids[0].tolist() == batch["position_ids"][attention].tolist()
+    lengths = attention.sum(-1).tolist()
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    assert [int(packed.position_ids[0, s]) for s in starts] == [0] * len(lengths)
+    index = packed.index
+    assert torch.equal(
+        packed.input_ids[0, index.sources + 1], index.targets
+    )  # each source precedes its token
+    assert torch.equal(batch["responses"][index.rows, index.columns], index.targets)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_packed_log_probs_entropy_and_gradients_equal_the_padded_path(tmp_path_factory, arch, attn):
+    model = build_model(tmp_path_factory.getbasetemp() / f"packed-{arch}", arch, attn)
+    batch = rollout_batch(model.config.vocab_size)
+
+    def run(packed: bool):
+        return policy_forward(model, batch, TEMPERATURE, with_entropy=True, chunk_tokens=6, packed=packed)
+
+    padded = outputs_and_gradients(model, batch, lambda: run(False))
+    packed = outputs_and_gradients(model, batch, lambda: run(True))
+    assert_same(packed, padded)
+    log_probs, entropy = run(True)
+    outside = ~response_attention(batch)
+    assert torch.all(log_probs[outside] == 0) and torch.all(entropy[outside] == 0)
+    assert log_probs.shape == batch["responses"].shape
+
+
+def test_packed_values_and_their_gradients_equal_the_padded_path(tmp_path_factory):
+    directory = tmp_path_factory.getbasetemp() / "packed-qwen2"
+    build_model(directory, "qwen2")
+    critic = build_value_model(directory, head_init_std=0.5)
+    batch = rollout_batch(critic.config.vocab_size, seed=3)
+    mask = response_attention(batch)
+    results = []
+    for packed in (False, True):
+        critic.zero_grad(set_to_none=True)
+        values = value_forward(critic, batch, packed=packed)
+        (values[mask] * torch.linspace(0.2, 1.0, int(mask.sum()))).sum().backward()
+        grads = {name: p.grad.clone() for name, p in critic.named_parameters()}
+        results.append((values[mask].detach(), values[mask].detach(), grads))
+        assert values.shape == batch["responses"].shape
+    assert_same(results[1], results[0])
+
+
+def test_the_packed_forward_computes_no_padding_token(tmp_path_factory):
+    model = build_model(tmp_path_factory.getbasetemp() / "packed-qwen2", "qwen2")
+    batch = rollout_batch(model.config.vocab_size)
+    computed = []
+    handle = model.get_input_embeddings().register_forward_hook(
+        lambda _m, args, _out: computed.append(args[0].numel())
+    )
+    try:
+        with torch.no_grad():
+            policy_forward(model, batch, packed=True)
+            policy_forward(model, batch, packed=False)
+    finally:
+        handle.remove()
+    real_tokens = int(batch["attention_mask"].sum())
+    assert computed[0] == real_tokens
+    assert computed[1] > real_tokens  # the padded layout, for contrast, does compute padding
+
+
+def test_without_restarting_positions_the_packed_sequences_would_see_each_other(tmp_path_factory):
+    model = build_model(tmp_path_factory.getbasetemp() / "packed-qwen2", "qwen2")
+    batch = rollout_batch(model.config.vocab_size)
+    packed = pack_sequences(batch)
+    with torch.no_grad():
+        separate = model(input_ids=packed.input_ids, position_ids=packed.position_ids).logits
+        continuous = torch.arange(packed.input_ids.shape[1]).unsqueeze(0)
+        joined = model(input_ids=packed.input_ids, position_ids=continuous).logits
+    second_sequence = int(batch["attention_mask"][0].sum())
+    assert torch.allclose(separate[:, :second_sequence], joined[:, :second_sequence], atol=1e-5)
+    assert not torch.allclose(separate[:, second_sequence:], joined[:, second_sequence:], atol=1e-3)
+
+
+def test_packing_refuses_a_row_whose_first_response_token_has_no_prompt_before_it():
+    batch = rollout_batch(vocab_size=100, rows=2)
+    prompt_width = batch["input_ids"].shape[1] - batch["responses"].shape[1]
+    batch["attention_mask"][1, :prompt_width] = 0
+    with pytest.raises(ValueError, match="prompt token"):
+        pack_sequences(batch)
+
+
+def test_packed_micro_batches_budget_real_tokens_and_no_grad_passes_match_the_padded_ones(tmp_path_factory):
+    model = build_model(tmp_path_factory.getbasetemp() / "packed-qwen2", "qwen2")
+    batch = Batch.concat([rollout_batch(model.config.vocab_size, seed=s) for s in range(3)])
+    lengths = batch["attention_mask"].sum(-1)
+    budget = int(lengths[:3].sum())
+    groups = list(micro_batches(batch, micro_batch_size=99, max_tokens=budget, packed=True))
+    assert sum(len(g) for g in groups) == len(batch)
+    assert all(int(g["attention_mask"].sum()) <= budget or len(g) == 1 for g in groups)
+    padded_groups = list(micro_batches(batch, micro_batch_size=99, max_tokens=budget))
+    assert len(groups) < len(padded_groups)  # packing fits more rows in the same budget
+    packed = no_grad_over_micro_batches(
+        lambda mb: policy_forward(model, mb, TEMPERATURE, packed=True)[0], batch, 99, budget, packed=True
+    )
+    padded = no_grad_over_micro_batches(lambda mb: policy_forward(model, mb, TEMPERATURE)[0], batch, 2)
+    mask = response_attention(batch)
+    torch.testing.assert_close(packed[mask], padded[mask], atol=1e-5, rtol=1e-5)
