@@ -11,11 +11,13 @@ the longest prompt, right of the longest response), so a micro-batch of short se
 costs what its own lengths cost, not the batch's widest row.
 
 Packed path (``packed=True``): the real tokens of every row (prompt without its left
-padding, response without its right padding) are concatenated into one row whose position
-ids restart at 0 for each sequence, with ``attention_mask=None``. transformers reads such
+padding, response without its right padding) are packed several to a row, position ids
+restarting at 0 for each sequence, with ``attention_mask=None``. transformers reads such
 position ids as packed sequences (``masking_utils.find_packed_sequence_indices``): sdpa and
 eager attention get a block-diagonal causal mask, flash-attention uses the boundaries
-directly. No padding token is computed; results are scattered back to ``(B, R)``.
+directly. Rows hold at most the longest sequence's tokens under sdpa/eager (their mask is
+dense), everything under flash attention (``_row_capacity``); results are scattered back to
+``(B, R)``.
 
 Vocabulary projection (policy): the model is called with ``logits_to_keep=1`` and the
 decoder's output states (final norm applied) are taken with a forward hook, so the full
@@ -76,11 +78,12 @@ class ResponseIndex:
 
 @dataclass
 class PackedInputs:
-    """A micro-batch's real tokens as one row, sequences one after another."""
+    """A micro-batch's real tokens packed into rows, sequences one after another."""
 
-    input_ids: torch.Tensor  # (1, N), N = attention_mask.sum()
-    position_ids: torch.Tensor  # (1, N), restarting at 0 at each sequence's first token
+    input_ids: torch.Tensor  # (rows, capacity); one row of N = attention_mask.sum() when unbounded
+    position_ids: torch.Tensor  # (rows, capacity), restarting at 0 at each sequence's first token
     index: ResponseIndex
+    starts: list[int]  # each sequence's first token in the flattened rows
 
 
 def trim_padding(batch: Batch) -> TrimmedInputs:
@@ -120,35 +123,89 @@ def _padded_index(inputs: TrimmedInputs) -> ResponseIndex:
     )
 
 
-def pack_sequences(batch: Batch) -> PackedInputs:
-    """The attended tokens of every row, concatenated into one row (module docstring: packed path).
+def pack_rows(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Sequences per packed row, first-fit decreasing: each row's lengths sum to ≤ ``capacity``
+    (a sequence longer than ``capacity`` gets a row of its own)."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        fit = next((r for r, free in enumerate(room) if lengths[i] <= free), None)
+        if fit is None:
+            rows.append([i])
+            room.append(capacity - lengths[i])
+        else:
+            rows[fit].append(i)
+            room[fit] -= lengths[i]
+    return rows
 
-    Positions count each row's attended tokens from 0, which is what ``collate``'s
-    ``position_ids`` hold there, so each sequence sees the positions of the padded layout.
-    Response token j of a row is predicted by the state of the token before it in the same
-    sequence (its last prompt token for j = 0), so every row needs a non-empty prompt.
+
+def pack_sequences(batch: Batch, row_capacity: int | None = None) -> PackedInputs:
+    """The attended tokens of every row, packed into rows (module docstring: packed path).
+
+    ``row_capacity`` None puts every sequence in one row; a number packs them into rows of that
+    many tokens (``pack_rows``), the tail of a row not full being padding that forms a sequence
+    of its own. Positions count each sequence's attended tokens from 0, which is what
+    ``collate``'s ``position_ids`` hold there. Response token j of a row is predicted by the
+    state of the token before it in the same sequence (its last prompt token for j = 0), so
+    every row needs a non-empty prompt.
     """
     attention = batch["attention_mask"].bool()
-    rows_count, total = attention.shape
+    total = attention.shape[1]
     width = batch["responses"].shape[1]
-    lengths = attention.sum(dim=1)
-    starts = torch.cumsum(lengths, dim=0) - lengths
-    packed_count = int(lengths.sum())
-    positions = torch.arange(packed_count, device=attention.device) - torch.repeat_interleave(starts, lengths)
-    # Row-major order of the attended tokens is their order in the packed row.
-    packed_column = torch.cumsum(attention.flatten().long(), dim=0).view(rows_count, total) - 1
+    lengths = [int(n) for n in attention.sum(dim=1).tolist()]
+    capacity = sum(lengths) if row_capacity is None else max(row_capacity, max(lengths))
+    groups = pack_rows(lengths, capacity)
+    input_ids = batch["input_ids"].new_zeros((len(groups), capacity))
+    position_ids = torch.zeros_like(input_ids)
+    starts = [0] * len(lengths)  # each sequence's first token in the flattened packed rows
+    for r, members in enumerate(groups):
+        offset = 0
+        for i in members:
+            length = lengths[i]
+            input_ids[r, offset : offset + length] = batch["input_ids"][i][attention[i]]
+            position_ids[r, offset : offset + length] = torch.arange(length)
+            starts[i] = r * capacity + offset
+            offset += length
+        position_ids[r, offset:] = torch.arange(capacity - offset)  # the tail: padding, on its own
+    within = attention.long().cumsum(dim=1) - 1  # each attended token's place in its sequence
     rows, columns = torch.nonzero(attention[:, total - width :], as_tuple=True)
-    sources = packed_column[:, total - width :][rows, columns] - 1
-    if bool((sources < starts[rows]).any()):
+    place = within[:, total - width :][rows, columns]
+    if bool((place < 1).any()):
         raise ValueError("packing needs at least one attended prompt token before each row's response")
-    index = ResponseIndex(sources, rows, columns, batch["responses"][rows, columns], (rows_count, width))
-    return PackedInputs(batch["input_ids"][attention].unsqueeze(0), positions.unsqueeze(0), index)
+    sources = torch.tensor(starts, dtype=torch.long)[rows] + place - 1
+    index = ResponseIndex(sources, rows, columns, batch["responses"][rows, columns], (len(lengths), width))
+    return PackedInputs(input_ids, position_ids, index, starts)
 
 
-def _model_inputs(batch: Batch, packed: bool) -> tuple[dict[str, torch.Tensor | None], ResponseIndex]:
+def _row_capacity(model: torch.nn.Module, batch: Batch) -> int | None:
+    """How long packed rows may be: unbounded (one row) for a variable-length kernel (flash
+    attention reads the boundaries from the positions). sdpa and eager attend over a dense
+    (row × row) mask, so a row of C tokens costs C·(1 + C/α) token-units, α being a decoder
+    layer's parameters over 2·hidden (its linear flops per token over attention's per key);
+    the capacity, 1 to 4 times the longest sequence in quarter steps, minimises rows × that cost."""
+    config = getattr(model, "config", None)
+    if str(getattr(config, "_attn_implementation", "") or "").startswith("flash"):
+        return None
+    lengths = [int(n) for n in batch["attention_mask"].sum(dim=1).tolist()]
+    hidden = getattr(config, "hidden_size", None)
+    intermediate = getattr(config, "intermediate_size", None) or 4 * (hidden or 0)
+    if not hidden:
+        return max(lengths)
+    alpha = (4 * hidden * hidden + 3 * hidden * intermediate) / (2 * hidden)
+
+    def cost(capacity: int) -> float:
+        return len(pack_rows(lengths, capacity)) * capacity * (1 + capacity / alpha)
+
+    longest = max(lengths)
+    return min((longest * quarters // 4 for quarters in range(4, 17)), key=cost)
+
+
+def _model_inputs(
+    batch: Batch, packed: bool, row_capacity: int | None = None
+) -> tuple[dict[str, torch.Tensor | None], ResponseIndex]:
     """The model's keyword inputs for the padded (trimmed) or the packed layout, and the response index."""
     if packed:
-        inputs = pack_sequences(batch)
+        inputs = pack_sequences(batch, row_capacity)
         # attention_mask=None is what makes transformers read the restarting positions as packing.
         kwargs = {"input_ids": inputs.input_ids, "attention_mask": None, "position_ids": inputs.position_ids}
         return kwargs, inputs.index
@@ -298,7 +355,7 @@ def policy_forward(
     at once, nothing recomputed: fastest, most memory). ``packed`` computes on the packed
     row (module docstring); the results are the same.
     """
-    inputs, index = _model_inputs(batch, packed)
+    inputs, index = _model_inputs(batch, packed, _row_capacity(model, batch) if packed else None)
     head = _output_head(model)
     states = _decoder_states(model, head, inputs) if head is not None else None
     if states is None:  # the plain path: the model's own full logits
@@ -319,7 +376,7 @@ def policy_forward(
 def value_forward(model: torch.nn.Module, batch: Batch, *, packed: bool = False) -> torch.Tensor:
     """V(s_j) for the state before each response token: (b, R); ``packed`` as in ``policy_forward``."""
     if packed:
-        inputs, index = _model_inputs(batch, packed=True)
+        inputs, index = _model_inputs(batch, True, _row_capacity(getattr(model, "backbone", model), batch))
         values = model(**inputs)
         return index.scatter(values.flatten()[index.sources].float())
     inputs = trim_padding(batch)

@@ -9,6 +9,7 @@ from agentrl.core.batch import Batch
 from agentrl.models.forward import (
     micro_batches,
     no_grad_over_micro_batches,
+    pack_rows,
     pack_sequences,
     policy_forward,
     value_forward,
@@ -24,28 +25,56 @@ from tests.models.test_forward_chunked import (
 )
 
 
-def test_the_packed_row_holds_exactly_the_attended_tokens_with_positions_restarting_per_sequence():
+@pytest.mark.parametrize("capacity", [None, 0, 40])
+def test_packed_rows_hold_each_sequence_whole_with_positions_restarting_at_zero(capacity):
     batch = rollout_batch(vocab_size=100)
     attention = batch["attention_mask"].bool()
-    packed = pack_sequences(batch)
-    assert packed.input_ids.shape == (1, int(attention.sum()))
-    assert packed.input_ids[0].tolist() == batch["input_ids"][attention].tolist()
-    assert packed.position_ids[0].tolist() == batch["position_ids"][attention].tolist()
+    packed = pack_sequences(batch, capacity)
     lengths = attention.sum(-1).tolist()
-    starts = [sum(lengths[:i]) for i in range(len(lengths))]
-    assert [int(packed.position_ids[0, s]) for s in starts] == [0] * len(lengths)
+    rows, width = packed.input_ids.shape
+    if capacity is None:
+        assert (rows, width) == (1, sum(lengths))
+    else:
+        assert width == max(capacity, max(lengths))
+        assert rows == (len(lengths) if capacity == 0 else 3)  # 40: [30], [20, 18], [16]
+    flat_ids, flat_positions = packed.input_ids.flatten(), packed.position_ids.flatten()
+    for i, (start, length) in enumerate(zip(packed.starts, lengths, strict=True)):
+        assert start // width == (start + length - 1) // width, "a sequence never spans two rows"
+        assert flat_ids[start : start + length].tolist() == batch["input_ids"][i][attention[i]].tolist()
+        assert flat_positions[start : start + length].tolist() == list(range(length))
     index = packed.index
-    assert torch.equal(
-        packed.input_ids[0, index.sources + 1], index.targets
-    )  # each source precedes its token
+    assert torch.equal(flat_ids[index.sources + 1], index.targets)  # each source precedes its token
     assert torch.equal(batch["responses"][index.rows, index.columns], index.targets)
+
+
+def test_rows_are_filled_first_fit_decreasing_within_the_capacity():
+    assert pack_rows([5, 3, 4, 2, 6], capacity=8) == [[4, 3], [0, 1], [2]]
+    assert pack_rows([9, 1], capacity=4) == [[0], [1]]  # too long for any row: a row of its own
+
+
+SHARED_ROWS = 6  # with 6 rows, the two shortest sequences share a row of the longest's capacity
+
+
+@pytest.fixture(params=["bounded-rows", "one-row"])
+def layout(request, monkeypatch) -> str:
+    """bounded-rows: the sdpa/eager layout (rows of the longest sequence's length); one-row: the
+    flash-attention layout (every sequence in one row), selected as a flash model would."""
+    if request.param == "one-row":
+        monkeypatch.setattr("agentrl.models.forward._row_capacity", lambda _model, _batch: None)
+    return request.param
+
+
+def assert_rows_are_shared(batch: Batch, layout: str) -> None:
+    capacity = None if layout == "one-row" else int(batch["attention_mask"].sum(-1).max())
+    assert pack_sequences(batch, capacity).input_ids.shape[0] < batch["input_ids"].shape[0]
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_packed_log_probs_entropy_and_gradients_equal_the_padded_path(tmp_path_factory, arch, attn):
+def test_packed_log_probs_entropy_and_gradients_equal_the_padded_path(tmp_path_factory, arch, attn, layout):
     model = build_model(tmp_path_factory.getbasetemp() / f"packed-{arch}", arch, attn)
-    batch = rollout_batch(model.config.vocab_size)
+    batch = rollout_batch(model.config.vocab_size, rows=SHARED_ROWS)
+    assert_rows_are_shared(batch, layout)
 
     def run(packed: bool):
         return policy_forward(model, batch, TEMPERATURE, with_entropy=True, chunk_tokens=6, packed=packed)
@@ -59,11 +88,12 @@ def test_packed_log_probs_entropy_and_gradients_equal_the_padded_path(tmp_path_f
     assert log_probs.shape == batch["responses"].shape
 
 
-def test_packed_values_and_their_gradients_equal_the_padded_path(tmp_path_factory):
+def test_packed_values_and_their_gradients_equal_the_padded_path(tmp_path_factory, layout):
     directory = tmp_path_factory.getbasetemp() / "packed-qwen2"
     build_model(directory, "qwen2")
     critic = build_value_model(directory, head_init_std=0.5)
-    batch = rollout_batch(critic.config.vocab_size, seed=3)
+    batch = rollout_batch(critic.config.vocab_size, rows=SHARED_ROWS, seed=3)
+    assert_rows_are_shared(batch, layout)
     mask = response_attention(batch)
     results = []
     for packed in (False, True):
@@ -76,9 +106,9 @@ def test_packed_values_and_their_gradients_equal_the_padded_path(tmp_path_factor
     assert_same(results[1], results[0])
 
 
-def test_the_packed_forward_computes_no_padding_token(tmp_path_factory):
+def test_the_packed_forward_computes_fewer_tokens_than_the_padded_one(tmp_path_factory):
     model = build_model(tmp_path_factory.getbasetemp() / "packed-qwen2", "qwen2")
-    batch = rollout_batch(model.config.vocab_size)
+    batch = rollout_batch(model.config.vocab_size, rows=SHARED_ROWS)
     computed = []
     handle = model.get_input_embeddings().register_forward_hook(
         lambda _m, args, _out: computed.append(args[0].numel())
@@ -90,8 +120,9 @@ def test_the_packed_forward_computes_no_padding_token(tmp_path_factory):
     finally:
         handle.remove()
     real_tokens = int(batch["attention_mask"].sum())
-    assert computed[0] == real_tokens
-    assert computed[1] > real_tokens  # the padded layout, for contrast, does compute padding
+    assert real_tokens <= computed[0] < computed[1]
+    # One unbounded row (the flash-attention layout) computes exactly the real tokens.
+    assert pack_sequences(batch).input_ids.numel() == real_tokens
 
 
 def test_without_restarting_positions_the_packed_sequences_would_see_each_other(tmp_path_factory):

@@ -21,22 +21,22 @@ def with_layout(section, packed: bool, chunk: int | None = None):
     return replace(section, update=update)
 
 
-def rows_per_forward(model: torch.nn.Module) -> list[int]:
-    """Records the rows of every forward call's input_ids (1 for a packed micro-batch)."""
-    rows: list[int] = []
+def packed_calls(model: torch.nn.Module) -> list[bool]:
+    """Records, per forward call, whether it ran on packed rows (no attention mask, positions given)."""
+    calls: list[bool] = []
     model.register_forward_pre_hook(
-        lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True
+        lambda _m, _a, kw: calls.append(kw.get("attention_mask") is None), with_kwargs=True
     )
-    return rows
+    return calls
 
 
 def actor_after_update(model_dir, packed: bool, chunk: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     worker = ActorWorker(with_layout(actor_section(str(model_dir)), packed, chunk), context("dp"))
-    rows = rows_per_forward(worker.model)
+    calls = packed_calls(worker.model)
     batch = ppo_batch(worker.model.config.vocab_size)
     log_probs = worker.compute_log_prob(batch)
     worker.update_actor(batch)
-    assert (set(rows) == {1}) == packed, rows  # two rows per micro-batch, one when packed
+    assert set(calls) == {packed}, calls
     return log_probs, {k: v.detach().clone() for k, v in worker.model.state_dict().items()}
 
 
@@ -55,13 +55,13 @@ def critic_after_update(model_dir, packed: bool) -> tuple[torch.Tensor, dict[str
     section = actor_section(str(model_dir))
     critic = CriticConfig(model_path=str(model_dir), optim=section.optim, update=section.update)
     worker = CriticWorker(with_layout(critic, packed), context("dp"))
-    rows = rows_per_forward(worker.model.backbone)
+    calls = packed_calls(worker.model.backbone)
     batch = ppo_batch(worker.model.config.vocab_size)
     values = worker.compute_values(batch)
     batch["values"] = values
     batch["returns"] = values + torch.randn(values.shape, generator=torch.Generator().manual_seed(1))
     worker.update_critic(batch)
-    assert (set(rows) == {1}) == packed, rows
+    assert set(calls) == {packed}, calls
     return values, {k: v.detach().clone() for k, v in worker.model.state_dict().items()}
 
 
