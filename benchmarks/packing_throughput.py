@@ -90,7 +90,7 @@ def one_pass(model, batches, packed: bool) -> float:
 
 def computed_tokens(batches) -> int:
     """Tokens the padded layout computes: rows × trimmed width per micro-batch."""
-    from agentrl.models.forward import trim_padding
+    from agentrl.models.layout import trim_padding
 
     return sum(trim_padding(b).input_ids.numel() for b in batches)
 

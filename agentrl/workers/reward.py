@@ -13,7 +13,8 @@ import torch
 from agentrl.config.schema import RewardConfig
 from agentrl.core.batch import Batch
 from agentrl.core.masked import last_true_index
-from agentrl.models.forward import no_grad_over_micro_batches, trim_padding
+from agentrl.models.forward import no_grad_over_micro_batches
+from agentrl.models.layout import trim_padding
 from agentrl.models.loading import build_value_model
 from agentrl.rewards import score_batch
 from agentrl.workers.base import RunContext, Worker

@@ -3,7 +3,8 @@
 import torch
 
 from agentrl.core.batch import Batch
-from agentrl.models.forward import micro_batches, policy_forward, trim_padding
+from agentrl.models.forward import micro_batches, policy_forward
+from agentrl.models.layout import trim_padding
 from agentrl.models.loading import load_causal_lm
 
 

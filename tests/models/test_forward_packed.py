@@ -9,11 +9,10 @@ from agentrl.core.batch import Batch
 from agentrl.models.forward import (
     micro_batches,
     no_grad_over_micro_batches,
-    pack_rows,
-    pack_sequences,
     policy_forward,
     value_forward,
 )
+from agentrl.models.layout import pack_rows, pack_sequences
 from agentrl.models.loading import build_value_model
 from tests.models.test_forward_chunked import (
     TEMPERATURE,
@@ -60,7 +59,7 @@ def layout(request, monkeypatch) -> str:
     """bounded-rows: the sdpa/eager layout (rows of the longest sequence's length); one-row: the
     flash-attention layout (every sequence in one row), selected as a flash model would."""
     if request.param == "one-row":
-        monkeypatch.setattr("agentrl.models.forward._row_capacity", lambda _model, _batch: None)
+        monkeypatch.setattr("agentrl.models.forward.row_capacity", lambda _model, _batch: None)
     return request.param
 
 
