@@ -29,6 +29,7 @@ import itertools
 import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -113,16 +114,23 @@ def build_model(layers: int, attn: str, vocab: int):
     return AutoModelForCausalLM.from_config(config, attn_implementation=attn).train()
 
 
-# Qwen2.5-3B: 36 layers of 77.1M weights (attention 9.4M with GQA, MLP 3 x 2048 x 11008) and a
-# 2048 x 151,936 LM head: the head's share of the weights each response token multiplies.
-QWEN25_3B_HEAD_SHARE = 2048 * 151_936 / (36 * 77.1e6 + 2048 * 151_936)
-
-
 def head_share(model) -> float:
     """The LM head's share of the weights a response token goes through (its share of the flops)."""
     head = model.get_output_embeddings().weight.numel()
     layers = sum(p.numel() for p in model.get_decoder().layers.parameters())
     return head / (head + layers)
+
+
+def qwen25_3b_head_share() -> float:
+    """``head_share`` of Qwen2.5-3B, built on the meta device from ``memory_table``'s published config."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from memory_table import MODELS
+
+    with torch.device("meta"):
+        return head_share(Qwen2ForCausalLM(Qwen2Config(**MODELS["Qwen2.5-3B"])))
 
 
 def timed_passes(model, batches, repeats: int) -> dict[bool, list[float]]:
@@ -172,7 +180,7 @@ def main() -> None:
     )
     print(
         f"model: hidden 512, {args.layers} layers, vocabulary {args.vocab}; {head_share(model):.0%} of its "
-        f"per-token flops in the LM head (Qwen2.5-3B: {QWEN25_3B_HEAD_SHARE:.0%})"
+        f"per-token flops in the LM head (Qwen2.5-3B: {qwen25_3b_head_share():.0%})"
     )
     for name, key, rate in (("padded", False, padded), ("packed", True, packed)):
         runs = " ".join(f"{t:.1f}" for t in times[key])
