@@ -151,6 +151,11 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--attn", default="sdpa", help="attention implementation: sdpa | eager")
+    parser.add_argument(
+        "--dense-mask",
+        action="store_true",
+        help="packed rows under plain sdpa (a block-diagonal mask) instead of the varlen attention",
+    )
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument(
         "--vocab",
@@ -162,7 +167,11 @@ def main() -> None:
 
     import torch
 
+    from agentrl.models.attention import use_varlen_attention
+
     model = build_model(args.layers, args.attn, args.vocab)
+    if args.attn == "sdpa" and not args.dense_mask:
+        use_varlen_attention(model)  # what the workers do when pack_sequences is on
     shapes, source = read_lengths(args.dump)
     batches = build_micro_batches(shapes, args.micro_batches, args.micro_batch_size, args.vocab, 0)
     real = sum(int(b["attention_mask"].sum()) for b in batches)
@@ -176,7 +185,8 @@ def main() -> None:
     print(f"lengths: {source} ({len(shapes)} trajectories); torch threads {torch.get_num_threads()}")
     print(
         f"{args.micro_batches} micro-batches x {args.micro_batch_size} sequences: {real} real tokens, "
-        f"{padded_cost} computed by the padded layout ({padded_cost / real:.2f}x), attention {args.attn}"
+        f"{padded_cost} computed by the padded layout ({padded_cost / real:.2f}x), "
+        f"attention {model.config._attn_implementation}"
     )
     print(
         f"model: hidden 512, {args.layers} layers, vocabulary {args.vocab}; {head_share(model):.0%} of its "

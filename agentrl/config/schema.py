@@ -47,7 +47,8 @@ class UpdateConfig:
     use_dynamic_bsz: bool = False  # cut micro-batches by token count instead of micro_batch_size
     max_tokens_per_micro_batch: int = 4096  # the token budget when use_dynamic_bsz
     # Concatenate each micro-batch's real tokens into one row (position ids restart per sequence),
-    # so no padding is computed; with use_dynamic_bsz the budget then counts real tokens.
+    # so no padding is computed; with use_dynamic_bsz the budget then counts real tokens. An sdpa
+    # model is switched to per-sequence attention (agentrl.models.attention) for it.
     pack_sequences: bool = False
     # Response tokens projected to the vocabulary at once in the log-prob pass: bounds its
     # (tokens x vocabulary) fp32 logits; the critic ignores it.

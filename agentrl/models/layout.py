@@ -12,10 +12,11 @@ costs what its own lengths cost, not the batch's widest row.
 Packed path: the real tokens of every row (prompt without its left
 padding, response without its right padding) are packed several to a row, position ids
 restarting at 0 for each sequence, with ``attention_mask=None``. transformers reads such
-position ids as packed sequences (``masking_utils.find_packed_sequence_indices``): sdpa and
-eager attention get a block-diagonal causal mask, flash-attention uses the boundaries
-directly. Under flash attention everything goes in one row; under sdpa/eager, whose mask is
-dense, rows hold 1 to 4 times the longest sequence (``row_capacity``).
+position ids as packed sequences (``masking_utils.find_packed_sequence_indices``): flash
+attention uses the boundaries directly, and so does ``agentrl.models.attention.VARLEN_SDPA``
+(sdpa run per sequence), which the workers switch sdpa models to when they pack; under
+either everything goes in one row. Plain sdpa and eager get a dense block-diagonal mask, so
+for them rows hold 1 to 4 times the longest sequence (``row_capacity``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.core.batch import Batch
+from agentrl.models.attention import VARLEN_SDPA
 
 
 @dataclass
@@ -155,12 +157,13 @@ def pack_sequences(batch: Batch, row_capacity: int | None = None) -> PackedInput
 
 def row_capacity(model: torch.nn.Module, batch: Batch) -> int | None:
     """How long packed rows may be: unbounded (one row) for a variable-length kernel (flash
-    attention reads the boundaries from the positions). sdpa and eager attend over a dense
+    attention and ``VARLEN_SDPA`` read the boundaries from the positions). sdpa and eager attend over a dense
     (row × row) mask, so a row of C tokens costs C·(1 + C/α) token-units, α being a decoder
     layer's parameters over 2·hidden (its linear flops per token over attention's per key);
     the capacity, 1 to 4 times the longest sequence in quarter steps, minimises rows × that cost."""
     config = getattr(model, "config", None)
-    if str(getattr(config, "_attn_implementation", "") or "").startswith("flash"):
+    attention = str(getattr(config, "_attn_implementation", "") or "")
+    if attention.startswith("flash") or attention == VARLEN_SDPA:
         return None
     lengths = [int(n) for n in batch["attention_mask"].sum(dim=1).tolist()]
     hidden = getattr(config, "hidden_size", None)

@@ -20,6 +20,7 @@ from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
 from agentrl.engines.base import SamplingParams
+from agentrl.models.attention import use_varlen_attention
 from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
 from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer, plain_model
 from agentrl.models.sharding import broadcast_full_state_dict, full_state_dict
@@ -60,6 +61,8 @@ class PolicyWorker(ModelWorker):
         if not self.trainable:
             self.model.eval()
             self.model.requires_grad_(False)
+        if actor.update.pack_sequences:
+            use_varlen_attention(self.model)  # packed rows attend per sequence, without a dense mask
         self._lay_out(compute_dtype, actor.cpu_offload and self.trainable)
 
     def compute_log_prob(self, batch: Batch) -> torch.Tensor:

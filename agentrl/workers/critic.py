@@ -10,6 +10,7 @@ from agentrl.config.schema import CriticConfig
 from agentrl.core.batch import Batch
 from agentrl.core.losses import value_loss
 from agentrl.core.masked import masked_mean
+from agentrl.models.attention import use_varlen_attention
 from agentrl.models.forward import no_grad_over_micro_batches, value_forward
 from agentrl.models.loading import DTYPES, build_value_model
 from agentrl.models.sharding import full_state_dict
@@ -37,6 +38,8 @@ class CriticWorker(TrainableWorker):
         self.model = build_value_model(critic.model_path, dtype=torch.float32, device=self.device)
         if critic.gradient_checkpointing:
             self.model.backbone.gradient_checkpointing_enable()
+        if critic.update.pack_sequences:
+            use_varlen_attention(self.model.backbone)
         self._lay_out(DTYPES[critic.compute_dtype], critic.cpu_offload)
         self._setup_optimizer(critic.optim)
 

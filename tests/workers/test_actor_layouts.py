@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from agentrl.config.schema import CriticConfig
+from agentrl.models.attention import VARLEN_SDPA
 from agentrl.workers.actor import ActorWorker
 from agentrl.workers.critic import CriticWorker
-from tests.support.actor_ranks import actor_section, context, ppo_batch
+from tests.support.actor_ranks import actor_section, context, gathered_weights, ppo_batch
 
 
 def with_layout(section, packed: bool, chunk: int | None = None):
@@ -37,6 +38,7 @@ def actor_after_update(model_dir, packed: bool, chunk: int) -> tuple[torch.Tenso
     log_probs = worker.compute_log_prob(batch)
     worker.update_actor(batch)
     assert set(calls) == {packed}, calls
+    assert (worker.model.config._attn_implementation == VARLEN_SDPA) == packed
     return log_probs, {k: v.detach().clone() for k, v in worker.model.state_dict().items()}
 
 
@@ -62,6 +64,7 @@ def critic_after_update(model_dir, packed: bool) -> tuple[torch.Tensor, dict[str
     batch["returns"] = values + torch.randn(values.shape, generator=torch.Generator().manual_seed(1))
     worker.update_critic(batch)
     assert set(calls) == {packed}, calls
+    assert (worker.model.backbone.config._attn_implementation == VARLEN_SDPA) == packed
     return values, {k: v.detach().clone() for k, v in worker.model.state_dict().items()}
 
 
@@ -70,5 +73,24 @@ def test_packed_critic_passes_give_the_padded_values_and_update(tiny_model_dir):
     values, weights = critic_after_update(tiny_model_dir, packed=True)
     mask = ppo_batch(1000)["response_mask"].bool()
     torch.testing.assert_close(values[mask], padded_values[mask], rtol=1e-5, atol=1e-5)
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, padded_weights[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_packed_rows_under_fsdp_with_gradient_checkpointing_give_the_padded_dp_update(tiny_model_dir):
+    """The varlen attention is looked up again when checkpointed layers recompute in backward,
+    and FSDP2 wraps the layers it lives in."""
+    padded_log_probs, padded_weights = actor_after_update(tiny_model_dir, packed=False, chunk=1024)
+    section = with_layout(actor_section(str(tiny_model_dir)), packed=True)
+    worker = ActorWorker(replace(section, gradient_checkpointing=True), context("fsdp"))
+    try:
+        batch = ppo_batch(worker.model.config.vocab_size)
+        log_probs = worker.compute_log_prob(batch)
+        worker.update_actor(batch)
+        weights = gathered_weights(worker)
+    finally:
+        worker.shutdown()
+    mask = batch["response_mask"].bool()
+    torch.testing.assert_close(log_probs[mask], padded_log_probs[mask], rtol=1e-5, atol=1e-5)
     for name, tensor in weights.items():
         torch.testing.assert_close(tensor, padded_weights[name], rtol=1e-5, atol=1e-6, msg=name)
