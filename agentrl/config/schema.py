@@ -74,7 +74,10 @@ class RolloutConfig:
     max_tokens_per_turn: int = 256
     max_obs_length: int = 256  # tokens of one observation, closing tag included
     schedule: str = "concurrent"  # concurrent (one coroutine per trajectory) | lockstep (Search-R1)
-    max_batch_size: int = 64  # engine batch cap when coalescing requests
+    max_batch_size: int = 64  # engine batch cap (running rows, or a coalesced batch)
+    # hf: turns join and leave the running batch at every decode step; false runs coalesced
+    # batches to completion (needed for models with sliding-window KV caches)
+    continuous_batching: bool = True
     gpu_memory_utilization: float = 0.4  # vllm only
     enforce_eager: bool = False  # vllm only
     check_token_drift: bool = False  # debug: re-tokenize rendered text and count drift

@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from transformers import DynamicCache
 
 from agentrl.engines.base import FinishReason, GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingEngine
+from agentrl.engines.continuous import ContinuousBatcher
 from agentrl.engines.sampling import select_tokens
 from agentrl.engines.stopping import StopStringMatcher
 
@@ -60,6 +62,9 @@ class HFEngine(BatchingEngine):
             Passing a different device moves the (shared) model there.
         eos_token_ids: ids that end a sequence with ``finish_reason="eos"``; defaults to
             the tokenizer's eos plus ``model.generation_config.eos_token_id``.
+        continuous: ``generate`` requests join and leave one running batch at every decode
+            step (``continuous.py``); False coalesces them into batches run to completion
+            (``batching.py``). ``generate_batch`` (lockstep) always runs its batch at once.
     """
 
     def __init__(
@@ -69,6 +74,7 @@ class HFEngine(BatchingEngine):
         max_batch_size: int = 64,
         device: str | torch.device | None = None,
         eos_token_ids: Iterable[int] | None = None,
+        continuous: bool = True,
     ) -> None:
         super().__init__(max_batch_size)
         if not isinstance(model, nn.Module):
@@ -88,6 +94,7 @@ class HFEngine(BatchingEngine):
         self.vocab_size = int(getattr(config, "vocab_size", 0)) or None
         self.max_positions = getattr(config, "max_position_embeddings", None)
         self._supports_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._continuous = ContinuousBatcher(self) if continuous else None
 
     @classmethod
     def from_pretrained(
@@ -116,6 +123,24 @@ class HFEngine(BatchingEngine):
 
     def shutdown(self) -> None:
         self._stop_worker()
+        if self._continuous is not None:
+            self._continuous.close()
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        """One continuation; it joins the running batch at the next decode step (``continuous``)."""
+        if self._continuous is None:
+            return await super().generate(prompt_ids, params)
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+        self._validate_prompt(prompt_ids)
+        seed = params.seed if params.seed is not None else self._row_seeds(params, 1)[0]
+        return await self._continuous.submit(prompt_ids, replace(params, seed=None), seed)
+
+    def metrics(self) -> dict[str, float]:
+        metrics = super().metrics()
+        if self._continuous is not None:
+            metrics["engine/decode_steps"] = float(self._continuous.decode_steps)
+        return metrics
 
     # ------------------------------------------------------------------ decoding
     def _validate_prompt(self, prompt_ids: list[int]) -> None:
@@ -153,26 +178,47 @@ class HFEngine(BatchingEngine):
         )
         return out.logits[:, -1, :]
 
+    def left_padded(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``input_ids``, ``attention_mask`` and ``position_ids`` of left-padded prompts, on the
+        engine's device; positions count real tokens only, so padding does not shift a row."""
+        n, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention[i, width - len(p) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
+
+    def token_budget(self, prompt: list[int], params: SamplingParams) -> int:
+        """New tokens a row may take: ``max_new_tokens``, capped by the model's positions."""
+        if self.max_positions is None:
+            return params.max_new_tokens
+        return min(params.max_new_tokens, self.max_positions - len(prompt))
+
+    def finish_of(
+        self, token: int, matcher: StopStringMatcher, produced: int, budget: int
+    ) -> tuple[FinishReason | None, str | None]:
+        """Why a row ends after sampling ``token`` (its ``produced``-th) and the stop string hit;
+        (None, None) while it goes on."""
+        hit = matcher.push(token)
+        if token in self.eos_token_ids:
+            return "eos", None
+        if hit is not None:
+            return "stop", hit
+        if produced >= budget:
+            return "length", None
+        return None, None
+
     @torch.inference_mode()
     def _generate_rows(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]
     ) -> list[GenerationResult]:
         n = len(prompts)
         dev = self.device
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attention[i, width - len(p) :] = 1
-        input_ids, attention = input_ids.to(dev), attention.to(dev)
-        # Positions count real tokens only, so left padding does not shift a row.
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        input_ids, attention, positions = self.left_padded(prompts)
         next_pos = positions[:, -1] + 1
-
-        budget = [params.max_new_tokens] * n
-        if self.max_positions is not None:
-            budget = [min(params.max_new_tokens, self.max_positions - len(p)) for p in prompts]
+        budget = [self.token_budget(p, params) for p in prompts]
         gen_device = dev if dev.type == "cuda" else torch.device("cpu")
         generators = [torch.Generator(device=gen_device).manual_seed(s) for s in seeds]
         matchers = [StopStringMatcher(self.tokenizer, params.stop) for _ in range(n)]
@@ -193,14 +239,9 @@ class HFEngine(BatchingEngine):
                     tok = tok_list[b]
                     out_ids[row].append(tok)
                     out_lp[row].append(lp_list[b])
-                    hit = matchers[row].push(tok)
-                    if tok in self.eos_token_ids:
-                        finish[row] = "eos"
-                    elif hit is not None:
-                        finish[row], stop_hit[row] = "stop", hit
-                    elif len(out_ids[row]) >= budget[row]:
-                        finish[row] = "length"
-                    else:
+                    produced = len(out_ids[row])
+                    finish[row], stop_hit[row] = self.finish_of(tok, matchers[row], produced, budget[row])
+                    if finish[row] is None:
                         keep.append(b)
                 if not keep:
                     break

@@ -136,7 +136,11 @@ class ActorWorker(PolicyWorker, TrainableWorker):
                     model = load_causal_lm(self.model_path, dtype=self.compute_dtype, device=self.device)
                     self._engine_stale = True  # the copy holds the starting weights
                 engine = build_engine(
-                    "hf", model=model, tokenizer=self.tokenizer, max_batch_size=rollout.max_batch_size
+                    "hf",
+                    model=model,
+                    tokenizer=self.tokenizer,
+                    max_batch_size=rollout.max_batch_size,
+                    continuous=rollout.continuous_batching,
                 )
             else:
                 engine = build_engine(

@@ -1,9 +1,9 @@
 """One engine suite, run against every engine.
 
-``engine_factory`` is parametrized over engine kinds: ``hf`` always runs; ``vllm`` is
-marked ``vllm`` and skipped when vLLM is not importable. Each factory builds an engine
-over the same tiny model directory, so the teacher-forced reference below (plain HF
-forward) applies to both.
+``engine_factory`` is parametrized over engine kinds: ``hf`` (continuous batching) and
+``hf-coalescing`` always run; ``vllm`` is marked ``vllm`` and skipped when vLLM is not
+importable. Each factory builds an engine over the same tiny model directory, so the
+teacher-forced reference below (plain HF forward) applies to all.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ EngineFactory = Callable[..., object]
 @pytest.fixture(
     params=[
         "hf",
+        "hf-coalescing",
         pytest.param(
             "vllm",
             marks=[
@@ -79,7 +80,7 @@ def engine_factory(request: pytest.FixtureRequest, tiny_dir: Path, tokenizer) ->
     session (minutes otherwise) and its eos override is per request.
     """
     kind = request.param
-    if kind == "hf":
+    if kind.startswith("hf"):
         from agentrl.engines.hf import HFEngine
 
         def make_hf(eos_token_ids=None, max_batch_size: int = 16):
@@ -88,6 +89,7 @@ def engine_factory(request: pytest.FixtureRequest, tiny_dir: Path, tokenizer) ->
                 tokenizer,
                 max_batch_size=max_batch_size,
                 eos_token_ids=eos_token_ids,
+                continuous=kind == "hf",
             )
 
         return make_hf

@@ -1,0 +1,166 @@
+"""Continuous batching in the transformers engine: a request joins the running batch at the next
+decode step and leaves it when done, and what it gets does not depend on who it ran with."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from agentrl.engines.base import SamplingParams
+from agentrl.engines.hf import HFEngine
+from agentrl.models.loading import load_causal_lm
+
+LONG = SamplingParams(max_new_tokens=40, greedy=True)
+SHORT = SamplingParams(max_new_tokens=4, greedy=True)
+
+
+@pytest.fixture
+def engine(tiny_dir, tokenizer):
+    engine = HFEngine(load_causal_lm(tiny_dir), tokenizer, max_batch_size=8, eos_token_ids=[])
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture
+def prompts(tokenizer) -> list[list[int]]:
+    texts = ["What is the capital of France?", "Doc", "The quick brown fox jumps", "Who wrote it"]
+    return [tokenizer(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def alone(engine: HFEngine, prompt: list[int], params: SamplingParams):
+    return engine.generate_batch_sync([prompt], params)[0]
+
+
+async def steps_until(engine: HFEngine, count: int) -> None:
+    while engine.metrics()["engine/decode_steps"] < count:
+        await asyncio.sleep(0.001)
+
+
+def test_a_late_request_joins_the_running_batch_and_finishes_before_the_long_one(engine, prompts):
+    async def late_arrival():
+        long = asyncio.ensure_future(engine.generate(prompts[0], LONG))
+        await steps_until(engine, 3)  # the long request is decoding
+        short = await engine.generate(prompts[1], SHORT)
+        return short, long.done(), await long
+
+    short, long_was_running, long = asyncio.run(late_arrival())
+    assert long_was_running is False, "the short request waited for the long one to finish"
+    assert engine.stats.max_batch_size_seen == 2
+    assert short.token_ids == alone(engine, prompts[1], SHORT).token_ids
+    assert long.token_ids == alone(engine, prompts[0], LONG).token_ids
+    assert long.log_probs == pytest.approx(alone(engine, prompts[0], LONG).log_probs, abs=1e-4)
+
+
+def test_the_coalescing_engine_makes_the_same_late_request_wait(tiny_dir, tokenizer, prompts):
+    engine = HFEngine(load_causal_lm(tiny_dir), tokenizer, eos_token_ids=[], continuous=False)
+
+    async def late_arrival():
+        long = asyncio.ensure_future(engine.generate(prompts[0], LONG))
+        while not engine._exec_lock.locked():  # the long request's batch is generating
+            await asyncio.sleep(0.001)
+        assert not long.done()
+        await engine.generate(prompts[1], SHORT)
+        return long.done(), await long
+
+    long_was_done, _ = asyncio.run(late_arrival())
+    engine.shutdown()
+    assert long_was_done, "under coalescing the running batch completes before the next one starts"
+
+
+def test_rows_with_different_parameters_share_forwards_and_keep_their_own_samples(engine, prompts):
+    sampled = [SamplingParams(max_new_tokens=12, temperature=1.0, top_k=20, seed=s) for s in (3, 4)]
+    requests = [(prompts[0], LONG), (prompts[1], sampled[0]), (prompts[2], sampled[1]), (prompts[3], SHORT)]
+
+    async def together():
+        return await asyncio.gather(*(engine.generate(p, params) for p, params in requests))
+
+    results = asyncio.run(together())
+    assert engine.stats.coalesced_batches == 1 and engine.stats.max_batch_size_seen == 4
+    for (prompt, params), result in zip(requests, results, strict=True):
+        reference = asyncio.run(engine.generate(prompt, params))
+        assert result.token_ids == reference.token_ids
+        assert len(result.token_ids) == params.max_new_tokens
+
+
+def test_more_requests_than_rows_wait_for_room_and_none_is_lost_or_duplicated(tiny_dir, tokenizer, prompts):
+    engine = HFEngine(load_causal_lm(tiny_dir), tokenizer, max_batch_size=3, eos_token_ids=[])
+    budgets = [3, 9, 5, 2, 7, 4, 6, 8]
+
+    async def flood():
+        return await asyncio.gather(
+            *(
+                engine.generate(prompts[i % 4], SamplingParams(max_new_tokens=n, greedy=True))
+                for i, n in enumerate(budgets)
+            )
+        )
+
+    results = asyncio.run(flood())
+    engine.shutdown()
+    assert [len(r.token_ids) for r in results] == budgets
+    assert engine.stats.max_batch_size_seen == 3 and engine.stats.requests == len(budgets)
+
+
+def test_a_cancelled_request_leaves_the_batch_and_the_others_finish_unchanged(engine, prompts):
+    async def cancel_one():
+        doomed = asyncio.ensure_future(engine.generate(prompts[0], LONG))
+        kept = asyncio.ensure_future(engine.generate(prompts[2], LONG))
+        await steps_until(engine, 2)
+        doomed.cancel()
+        return await kept, doomed.cancelled(), engine.metrics()["engine/decode_steps"]
+
+    kept, cancelled, _ = asyncio.run(cancel_one())
+    assert cancelled
+    assert kept.token_ids == alone(engine, prompts[2], LONG).token_ids
+    assert engine.stats.requests == 2 + 1  # the two above and the reference run, nothing resent
+
+
+def test_a_failed_forward_fails_its_rows_and_the_engine_serves_the_next_request(engine, prompts, monkeypatch):
+    original = engine._forward
+    calls = {"n": 0}
+
+    def fail_on_third_forward(*args, **kwargs):  # an injected fault
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("injected forward failure")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_forward", fail_on_third_forward)
+    with pytest.raises(RuntimeError, match="injected forward failure"):
+        asyncio.run(engine.generate(prompts[0], LONG))
+    after = asyncio.run(engine.generate(prompts[1], SHORT))
+    assert after.token_ids == alone(engine, prompts[1], SHORT).token_ids
+
+
+def test_shutdown_fails_requests_in_flight_instead_of_hanging(engine, prompts):
+    async def shut_down_midway():
+        pending = asyncio.ensure_future(engine.generate(prompts[0], SamplingParams(max_new_tokens=400)))
+        await steps_until(engine, 2)
+        await asyncio.to_thread(engine.shutdown)
+        return await asyncio.wait_for(pending, timeout=30)
+
+    with pytest.raises(RuntimeError, match="shut down"):
+        asyncio.run(shut_down_midway())
+
+
+def test_a_sliding_window_cache_is_refused_naming_the_option_to_turn_it_off(tokenizer):
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        use_sliding_window=True,
+        sliding_window=8,
+        max_window_layers=0,
+    )
+    torch.manual_seed(0)
+    engine = HFEngine(Qwen2ForCausalLM(config), tokenizer, eos_token_ids=[])
+    try:
+        with pytest.raises(NotImplementedError, match="continuous=False"):
+            asyncio.run(engine.generate([5, 6, 7], SHORT))
+    finally:
+        engine.shutdown()
