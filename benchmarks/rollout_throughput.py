@@ -200,7 +200,7 @@ def measure(engine, tokenizer, specs, url: str, schedule: str, n: int, max_token
         "wall_s": wall,
         "traj_per_s": len(trajs) / wall,
         "model_tok_per_s": model_tokens / wall,
-        "searches": sum(t.num_searches for t in trajs) / len(trajs),
+        "searches": sum(t.num_tool_calls for t in trajs) / len(trajs),
         "turns": sum(t.num_turns for t in trajs) / len(trajs),
         "finished": sum(t.finished for t in trajs) / len(trajs),
         "model_tokens": model_tokens / len(trajs),

@@ -75,9 +75,10 @@ class RolloutConfig:
     max_obs_length: int = 256  # tokens of one observation, closing tag included
     schedule: str = "concurrent"  # concurrent (one coroutine per trajectory) | lockstep (Search-R1)
     max_batch_size: int = 64  # engine batch cap (running rows, or a coalesced batch)
-    # hf: turns join and leave the running batch at every decode step; false runs coalesced
-    # batches to completion (needed for models with sliding-window KV caches)
-    continuous_batching: bool = True
+    # hf: turns join and leave the running batch at every decode step (not for sliding-window
+    # KV caches); false runs coalesced batches to completion. Off by default: on CPU it has not
+    # yet measured faster (benchmarks/rollout_throughput.py)
+    continuous_batching: bool = False
     gpu_memory_utilization: float = 0.4  # vllm only
     enforce_eager: bool = False  # vllm only
     check_token_drift: bool = False  # debug: re-tokenize rendered text and count drift

@@ -63,7 +63,8 @@ class HFEngine(BatchingEngine):
         eos_token_ids: ids that end a sequence with ``finish_reason="eos"``; defaults to
             the tokenizer's eos plus ``model.generation_config.eos_token_id``.
         continuous: ``generate`` requests join and leave one running batch at every decode
-            step (``continuous.py``); False coalesces them into batches run to completion
+            step (``continuous.py``); False (the default until it measures faster, see
+            ``benchmarks/rollout_throughput.py``) coalesces them into batches run to completion
             (``batching.py``). ``generate_batch`` (lockstep) always runs its batch at once.
     """
 
@@ -74,7 +75,7 @@ class HFEngine(BatchingEngine):
         max_batch_size: int = 64,
         device: str | torch.device | None = None,
         eos_token_ids: Iterable[int] | None = None,
-        continuous: bool = True,
+        continuous: bool = False,
     ) -> None:
         super().__init__(max_batch_size)
         if not isinstance(model, nn.Module):

@@ -19,7 +19,9 @@ SHORT = SamplingParams(max_new_tokens=4, greedy=True)
 
 @pytest.fixture
 def engine(tiny_dir, tokenizer):
-    engine = HFEngine(load_causal_lm(tiny_dir), tokenizer, max_batch_size=8, eos_token_ids=[])
+    engine = HFEngine(
+        load_causal_lm(tiny_dir), tokenizer, max_batch_size=8, eos_token_ids=[], continuous=True
+    )
     yield engine
     engine.shutdown()
 
@@ -86,7 +88,9 @@ def test_rows_with_different_parameters_share_forwards_and_keep_their_own_sample
 
 
 def test_more_requests_than_rows_wait_for_room_and_none_is_lost_or_duplicated(tiny_dir, tokenizer, prompts):
-    engine = HFEngine(load_causal_lm(tiny_dir), tokenizer, max_batch_size=3, eos_token_ids=[])
+    engine = HFEngine(
+        load_causal_lm(tiny_dir), tokenizer, max_batch_size=3, eos_token_ids=[], continuous=True
+    )
     budgets = [3, 9, 5, 2, 7, 4, 6, 8]
 
     async def flood():
@@ -158,7 +162,7 @@ def test_a_sliding_window_cache_is_refused_naming_the_option_to_turn_it_off(toke
         max_window_layers=0,
     )
     torch.manual_seed(0)
-    engine = HFEngine(Qwen2ForCausalLM(config), tokenizer, eos_token_ids=[])
+    engine = HFEngine(Qwen2ForCausalLM(config), tokenizer, eos_token_ids=[], continuous=True)
     try:
         with pytest.raises(NotImplementedError, match="continuous=False"):
             asyncio.run(engine.generate([5, 6, 7], SHORT))
