@@ -135,16 +135,23 @@ class BatchingEngine(abc.ABC):
         """One lockstep batch, run in a worker thread so the event loop keeps serving."""
         return await asyncio.to_thread(self.generate_batch_sync, prompts, params, seeds)
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
-        """One continuation; concurrent calls are coalesced into batches."""
+    def _checked_request(self, prompt_ids: list[int], params: SamplingParams) -> tuple[SamplingParams, int]:
+        """Validate one ``generate`` request; its parameters without the seed, and the seed.
+
+        Requests are grouped by the seedless parameters (the seed travels with the request),
+        so seeded requests still share batches."""
         if not isinstance(params, SamplingParams):
             raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
         self._validate_prompt(prompt_ids)
+        seed = params.seed if params.seed is not None else self._row_seeds(params, 1)[0]
+        return replace(params, seed=None), seed
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        """One continuation; concurrent calls are coalesced into batches."""
+        params, seed = self._checked_request(prompt_ids, params)
         queue = self._ensure_worker()
         future = asyncio.get_running_loop().create_future()
-        seed = params.seed if params.seed is not None else self._row_seeds(params, 1)[0]
-        # Queued without its seed (it travels in the request), so seeded requests coalesce.
-        await queue.put(_Request(list(prompt_ids), replace(params, seed=None), seed, future))
+        await queue.put(_Request(list(prompt_ids), params, seed, future))
         return await future
 
     def _ensure_worker(self) -> asyncio.Queue[_Request]:

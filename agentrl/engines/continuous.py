@@ -117,11 +117,10 @@ class ContinuousBatcher:
         """Queue a request; the returned future (on the running loop) gets its result."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        generator_device = self.engine.device if self.engine.device.type == "cuda" else "cpu"
         row = _Row(
             prompt=list(prompt),
             params=params,
-            generator=torch.Generator(device=generator_device).manual_seed(seed),
+            generator=self.engine.row_generator(seed),
             matcher=StopStringMatcher(self.engine.tokenizer, params.stop),
             budget=self.engine.token_budget(prompt, params),
             loop=loop,
@@ -183,6 +182,10 @@ class ContinuousBatcher:
     def _fail(self, rows: list[_Row], exc: BaseException) -> None:
         for row in rows:
             _resolve(row, exc)
+        self._empty()
+
+    def _empty(self) -> None:
+        """No row runs: drop the batch's cache and per-row tensors."""
         self.rows, self.cache, self.attention, self.positions, self.last = [], None, None, None, None
 
     def _admit(self, rows: list[_Row]) -> None:
@@ -242,7 +245,7 @@ class ContinuousBatcher:
             self.last = tokens
             return
         if not keep:
-            self.rows, self.cache, self.attention, self.positions, self.last = [], None, None, None, None
+            self._empty()
             return
         index = torch.tensor(keep, device=self.attention.device)
         self.cache.batch_select_indices(index)

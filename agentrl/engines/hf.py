@@ -21,7 +21,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +130,8 @@ class HFEngine(BatchingEngine):
         """One continuation; it joins the running batch at the next decode step (``continuous``)."""
         if self._continuous is None:
             return await super().generate(prompt_ids, params)
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
-        self._validate_prompt(prompt_ids)
-        seed = params.seed if params.seed is not None else self._row_seeds(params, 1)[0]
-        return await self._continuous.submit(prompt_ids, replace(params, seed=None), seed)
+        params, seed = self._checked_request(prompt_ids, params)
+        return await self._continuous.submit(prompt_ids, params, seed)
 
     def metrics(self) -> dict[str, float]:
         metrics = super().metrics()
@@ -191,6 +187,11 @@ class HFEngine(BatchingEngine):
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
 
+    def row_generator(self, seed: int) -> torch.Generator:
+        """A row's own sampling generator: on the GPU when the engine is there, else on the CPU."""
+        device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        return torch.Generator(device=device).manual_seed(seed)
+
     def token_budget(self, prompt: list[int], params: SamplingParams) -> int:
         """New tokens a row may take: ``max_new_tokens``, capped by the model's positions."""
         if self.max_positions is None:
@@ -220,8 +221,7 @@ class HFEngine(BatchingEngine):
         input_ids, attention, positions = self.left_padded(prompts)
         next_pos = positions[:, -1] + 1
         budget = [self.token_budget(p, params) for p in prompts]
-        gen_device = dev if dev.type == "cuda" else torch.device("cpu")
-        generators = [torch.Generator(device=gen_device).manual_seed(s) for s in seeds]
+        generators = [self.row_generator(s) for s in seeds]
         matchers = [StopStringMatcher(self.tokenizer, params.stop) for _ in range(n)]
         out_ids: list[list[int]] = [[] for _ in range(n)]
         out_lp: list[list[float]] = [[] for _ in range(n)]
