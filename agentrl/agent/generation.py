@@ -48,6 +48,9 @@ from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import Engine, SamplingParams
 from agentrl.seeding import derive_seed
 
+# Per-rank wall times: merged over data-parallel ranks by their maximum.
+WALL_TIME_METRICS = ("rollout/tool_busy_s", "actor/weight_sync_s")
+
 
 @dataclass
 class RolloutResult:
@@ -61,14 +64,19 @@ class RolloutResult:
     @classmethod
     def merge(cls, parts: Sequence[RolloutResult]) -> RolloutResult:
         """The data-parallel ranks' rollouts as one: trajectories in rank order, the metrics
-        recomputed over all of them, and the longest tool-busy time (the ranks run at once)."""
+        recomputed over all of them, and the slowest rank's wall times (the ranks run at once)."""
         trajectories = [t for part in parts for t in part.trajectories]
         prefix = "rollout/tool_calls/"
         tags = sorted(
             {key[len(prefix) :] for part in parts for key in part.metrics if key.startswith(prefix)}
         )
-        busy = max((part.metrics.get("rollout/tool_busy_s", 0.0) for part in parts), default=0.0)
-        return cls(trajectories, rollout_metrics(trajectories, tags) | {"rollout/tool_busy_s": busy})
+        slowest = {
+            key: max(part.metrics[key] for part in parts if key in part.metrics)
+            for key in WALL_TIME_METRICS
+            if any(key in part.metrics for part in parts)
+        }
+        busy = {"rollout/tool_busy_s": slowest.pop("rollout/tool_busy_s", 0.0)}
+        return cls(trajectories, rollout_metrics(trajectories, tags) | busy | slowest)
 
 
 def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_response_length: int) -> None:

@@ -202,6 +202,7 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         "actor.rollout.n": rollout.n,
         "actor.rollout.max_tokens_per_turn": rollout.max_tokens_per_turn,
         "actor.rollout.max_obs_length": rollout.max_obs_length,
+        "actor.rollout.tensor_parallel_size": rollout.tensor_parallel_size,
         **{
             f"{role}.update.{key}": getattr(getattr(cfg, role).update, key)
             for role in ("actor", "critic")
@@ -289,6 +290,17 @@ def _check_parallelism(cfg: ExperimentConfig, problems: list[str]) -> None:
         )
     if res.torch_threads is not None and res.torch_threads < 1:
         problems.append(f"config key 'resources.torch_threads' must be >= 1 or null, got {res.torch_threads}")
+    tp = cfg.actor.rollout.tensor_parallel_size
+    if tp > 1 and not cfg.actor.rollout.engine.startswith("vllm"):
+        problems.append(
+            f"actor.rollout.tensor_parallel_size={tp} needs a vLLM engine "
+            f"(actor.rollout.engine is '{cfg.actor.rollout.engine}')"
+        )
+    if tp > 1 and res.num_gpus_per_worker < tp:
+        problems.append(
+            f"actor.rollout.tensor_parallel_size={tp} shards each actor rank's engine over {tp} GPUs: "
+            f"resources.num_gpus_per_worker ({res.num_gpus_per_worker:g}) must be at least {tp}"
+        )
 
 
 def _check_files(cfg: ExperimentConfig, problems: list[str]) -> None:

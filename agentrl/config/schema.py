@@ -65,7 +65,9 @@ class ToolConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf (transformers, CPU/GPU) | vllm
+    # hf (transformers, CPU/GPU) | vllm (offline LLM, coalesced batches) | vllm-async (AsyncLLM:
+    # one request per turn, joining the running batch at the next step; prefix caching on)
+    engine: str = "hf"
     n: int = 1  # samples per prompt; group estimators need >= 2
     temperature: float = 1.0
     top_p: float = 1.0
@@ -81,6 +83,7 @@ class RolloutConfig:
     continuous_batching: bool = False
     gpu_memory_utilization: float = 0.4  # vllm only
     enforce_eager: bool = False  # vllm only
+    tensor_parallel_size: int = 1  # vllm only: GPUs each actor rank's engine shards the model over
     check_token_drift: bool = False  # debug: re-tokenize rendered text and count drift
     tool_error_policy: str = "observe"  # observe (error text as observation) | raise
     val_greedy: bool = True

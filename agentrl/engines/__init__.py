@@ -1,8 +1,10 @@
 """Generation engines behind one token-in/token-out interface (see ``base.py``).
 
 ``build_engine("hf", model=..., tokenizer=...)`` wraps an in-memory model (shared with
-the trainer); ``build_engine("hf", model_path=...)`` or ``build_engine("vllm",
-model_path=...)`` load from a directory. vLLM is imported only when asked for.
+the trainer); ``build_engine("hf", model_path=...)``, ``build_engine("vllm", model_path=...)``
+(coalesced batches on vLLM's offline ``LLM``) or ``build_engine("vllm-async", model_path=...)``
+(one request per turn on vLLM's ``AsyncLLM``) load from a directory. vLLM is imported only
+when asked for.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from agentrl.engines.base import Engine, FinishReason, GenerationResult, SamplingParams
 
-ENGINE_KINDS = ("hf", "vllm")
+ENGINE_KINDS = ("hf", "vllm", "vllm-async")
 
 __all__ = ["ENGINE_KINDS", "Engine", "FinishReason", "GenerationResult", "SamplingParams", "build_engine"]
 
@@ -29,7 +31,8 @@ def build_engine(
 
     ``hf``: pass ``model`` and ``tokenizer`` (shared objects) or ``model_path``; other
     keyword arguments go to ``HFEngine`` (``max_batch_size``, ``device``, ...).
-    ``vllm``: pass ``model_path``; other keyword arguments go to ``VLLMEngine``.
+    ``vllm`` / ``vllm-async``: pass ``model_path``; other keyword arguments go to
+    ``VLLMEngine`` / ``AsyncVLLMEngine``.
     """
     if kind == "hf":
         from agentrl.engines.hf import HFEngine
@@ -41,11 +44,15 @@ def build_engine(
         if model_path is None:
             raise ValueError("build_engine('hf') needs either model= and tokenizer=, or model_path=")
         return HFEngine.from_pretrained(model_path, **kwargs)
-    if kind == "vllm":
+    if kind in ("vllm", "vllm-async"):
         if model is not None:
-            raise ValueError("build_engine('vllm') loads its own copy: pass model_path=, not model=")
+            raise ValueError(f"build_engine({kind!r}) loads its own copy: pass model_path=, not model=")
         if model_path is None:
-            raise ValueError("build_engine('vllm') needs model_path=")
+            raise ValueError(f"build_engine({kind!r}) needs model_path=")
+        if kind == "vllm-async":
+            from agentrl.engines.vllm_async import AsyncVLLMEngine
+
+            return AsyncVLLMEngine(model_path, **kwargs)
         from agentrl.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(model_path, **kwargs)

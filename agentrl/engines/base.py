@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agentrl.engines.weights import WeightStream
 
 FinishReason = Literal["stop", "eos", "length"]
 
@@ -85,8 +88,9 @@ class Engine(Protocol):
         from ``params.seed`` and i, or random without a seed)."""
         ...
 
-    def update_weights(self, state_dict: dict) -> None:
-        """Load new policy weights in place (no reload from disk)."""
+    def update_weights(self, weights: WeightStream) -> None:
+        """Load new policy weights in place (no reload from disk) from a state dict or a stream
+        of ``(name, tensor)`` pairs, holding at most one bucket of them at a time (``weights.py``)."""
         ...
 
     def sleep(self) -> None:

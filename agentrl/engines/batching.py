@@ -8,13 +8,7 @@ task takes everything pending (up to ``max_batch_size``, grouped by identical
 stays free for retrieval I/O meanwhile -- and resolves each caller's future.
 
 Subclasses implement only ``_generate_rows``: a synchronous batched generation over
-prompts that share one ``SamplingParams``, with one seed per row.
-
-Seeds: every row has its own generator, so a seeded request gives the same tokens however
-it was batched. ``generate`` seeds its row with ``params.seed``; ``generate_batch`` seeds
-row ``i`` with ``seeds[i]`` when given (the rollout passes one seed per row and turn),
-else with ``derive_seed(params.seed, i)`` so that repeated prompts in one batch (GRPO
-groups) still get different samples. Without a seed, every row gets a fresh random seed.
+prompts that share one ``SamplingParams``, with one seed per row (``requests.py``).
 Requests are coalesced by their sampling parameters *without* the seed, so seeded
 concurrent requests still share batches.
 """
@@ -23,14 +17,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import secrets
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from agentrl.engines.base import GenerationResult, SamplingParams
-from agentrl.seeding import derive_seed
+from agentrl.engines.requests import RequestChecks
 
 
 @dataclass
@@ -52,8 +45,18 @@ class BatchingStats:
     max_batch_size_seen: int = 0
     generate_seconds: float = 0.0
 
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "engine/batches": float(self.batches),
+            "engine/requests": float(self.requests),
+            "engine/coalesced_batches": float(self.coalesced_batches),
+            "engine/coalesced_requests": float(self.coalesced_requests),
+            "engine/max_batch_size_seen": float(self.max_batch_size_seen),
+            "engine/generate_seconds": self.generate_seconds,
+        }
 
-class BatchingEngine(abc.ABC):
+
+class BatchingEngine(RequestChecks, abc.ABC):
     """Implements ``Engine.generate`` / ``generate_batch`` over ``_generate_rows``."""
 
     def __init__(self, max_batch_size: int) -> None:
@@ -75,27 +78,12 @@ class BatchingEngine(abc.ABC):
     ) -> list[GenerationResult]:
         """Generate one continuation per prompt, synchronously, all in one batch."""
 
-    def _validate_prompt(self, prompt_ids: Sequence[int]) -> None:
-        """Reject malformed prompts before they reach a batch (and fail its neighbours)."""
-        if len(prompt_ids) == 0:
-            raise ValueError("prompt_ids must contain at least one token id, got an empty list")
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt_ids):
-            raise TypeError("prompt_ids must be a list of int token ids")
-
     # ------------------------------------------------------------------ sync path
     def generate_batch_sync(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
     ) -> list[GenerationResult]:
         """Generate for every prompt now, in chunks of ``max_batch_size`` (row seeds: module docstring)."""
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
-        for p in prompts:
-            self._validate_prompt(p)
-        if seeds is None:
-            seeds = self._row_seeds(params, len(prompts))
-        elif len(seeds) != len(prompts):
-            raise ValueError(f"seeds has {len(seeds)} entries for {len(prompts)} prompts")
-        seeds = [int(s) for s in seeds]
+        seeds = self._checked_batch(prompts, params, seeds)
         results: list[GenerationResult] = []
         for start in range(0, len(prompts), self.max_batch_size):
             stop = start + self.max_batch_size
@@ -122,29 +110,12 @@ class BatchingEngine(abc.ABC):
             r.metrics.setdefault("engine/batch_seconds", elapsed)
         return results
 
-    @staticmethod
-    def _row_seeds(params: SamplingParams, n: int) -> list[int]:
-        if params.seed is None:
-            return [secrets.randbits(63) for _ in range(n)]
-        return [derive_seed(params.seed, i) for i in range(n)]
-
     # ------------------------------------------------------------------ async API
     async def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, seeds: Sequence[int] | None = None
     ) -> list[GenerationResult]:
         """One lockstep batch, run in a worker thread so the event loop keeps serving."""
         return await asyncio.to_thread(self.generate_batch_sync, prompts, params, seeds)
-
-    def _checked_request(self, prompt_ids: list[int], params: SamplingParams) -> tuple[SamplingParams, int]:
-        """Validate one ``generate`` request; its parameters without the seed, and the seed.
-
-        Requests are grouped by the seedless parameters (the seed travels with the request),
-        so seeded requests still share batches."""
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
-        self._validate_prompt(prompt_ids)
-        seed = params.seed if params.seed is not None else self._row_seeds(params, 1)[0]
-        return replace(params, seed=None), seed
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         """One continuation; concurrent calls are coalesced into batches."""
@@ -200,15 +171,7 @@ class BatchingEngine(abc.ABC):
 
     def metrics(self) -> dict[str, float]:
         """Counters since construction, for the trainer's logger."""
-        s = self.stats
-        return {
-            "engine/batches": float(s.batches),
-            "engine/requests": float(s.requests),
-            "engine/coalesced_batches": float(s.coalesced_batches),
-            "engine/coalesced_requests": float(s.coalesced_requests),
-            "engine/max_batch_size_seen": float(s.max_batch_size_seen),
-            "engine/generate_seconds": s.generate_seconds,
-        }
+        return self.stats.as_metrics()
 
     def _stop_worker(self) -> None:
         """Cancel the coalescing task (if its loop is still alive)."""

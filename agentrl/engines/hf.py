@@ -2,7 +2,7 @@
 
 Runs on CPU and GPU and is the default for tests and the quickstart. It holds the very
 ``nn.Module`` the trainer optimises (no copy, so no weight sync is needed when
-colocated); ``update_weights`` loads a state dict in place for the case where it was
+colocated); ``update_weights`` streams weights in place for the case where it was
 given a separate copy.
 
 Why not ``model.generate``: we need per-token log-probs under one fixed convention
@@ -33,6 +33,7 @@ from agentrl.engines.batching import BatchingEngine
 from agentrl.engines.continuous import ContinuousBatcher
 from agentrl.engines.sampling import select_tokens
 from agentrl.engines.stopping import StopStringMatcher
+from agentrl.engines.weights import WeightStream, named_tensors
 
 
 def _eos_ids_of(model: nn.Module, tokenizer: Any) -> set[int]:
@@ -108,10 +109,29 @@ class HFEngine(BatchingEngine):
         )
 
     # ------------------------------------------------------------------ Engine API
-    def update_weights(self, state_dict: dict) -> None:
-        """Copy new weights into the engine's module in place (strict: every key must match)."""
+    def update_weights(self, weights: WeightStream) -> None:
+        """Copy new weights into the engine's module in place, tensor by tensor as the stream
+        yields them (``weights.py``); every weight must arrive, under the module's own names."""
+        targets = self.model.state_dict()
+        arrived: set[int] = set()  # storages, so tied weights count once under either name
         with self._exec_lock, torch.no_grad():
-            self.model.load_state_dict(state_dict, strict=True)
+            for name, tensor in named_tensors(weights):
+                target = targets.get(name)
+                if target is None:
+                    raise KeyError(f"update_weights: {name!r} is not a weight of the engine's model")
+                if target.shape != tensor.shape:
+                    raise ValueError(
+                        f"update_weights: {name!r} has shape {tuple(tensor.shape)}, "
+                        f"the engine's model expects {tuple(target.shape)}"
+                    )
+                target.copy_(tensor)
+                arrived.add(target.data_ptr())
+        missing = [name for name, t in targets.items() if t.data_ptr() not in arrived]
+        if missing:
+            raise ValueError(
+                f"update_weights: {len(missing)} weights never arrived (first: {missing[:3]}); "
+                "the engine now mixes old and new weights"
+            )
 
     def sleep(self) -> None:
         """Nothing to free but cached allocator blocks: the weights are the trainer's own."""

@@ -64,7 +64,7 @@ class ScriptedEngine(BatchingEngine):
     ) -> list[GenerationResult]:
         return [self.play(self.plan(p), params) for p in prompts]
 
-    def update_weights(self, state_dict: dict) -> None:
+    def update_weights(self, weights) -> None:
         """Nothing to update: the turns are planned, not computed from weights."""
 
     def sleep(self) -> None:

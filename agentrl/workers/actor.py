@@ -10,6 +10,7 @@ weights are pushed into it in place before the next rollout after each update.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -23,7 +24,7 @@ from agentrl.engines.base import SamplingParams
 from agentrl.models.attention import use_varlen_attention
 from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
 from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer, plain_model
-from agentrl.models.sharding import broadcast_full_state_dict, full_state_dict
+from agentrl.models.sharding import full_state_dict, stream_full_tensors
 from agentrl.seeding import derive_seed
 from agentrl.workers.base import ModelWorker, RunContext, TrainableWorker
 
@@ -149,6 +150,7 @@ class ActorWorker(PolicyWorker, TrainableWorker):
                     max_batch_size=rollout.max_batch_size,
                     gpu_memory_utilization=rollout.gpu_memory_utilization,
                     enforce_eager=rollout.enforce_eager,
+                    tensor_parallel_size=rollout.tensor_parallel_size,
                 )
             self._rollout = LLMGenerationManager(
                 engine,
@@ -180,20 +182,20 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         """
         self.model.eval()
         manager = self.rollout
-        if self._engine_stale:
-            self.push_weights_to_engine()
+        sync_seconds = self.push_weights_to_engine() if self._engine_stale else None
         rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
-        return manager.run(prompts, self.sampling_params(validate, rank_seed), n=n)
+        result = manager.run(prompts, self.sampling_params(validate, rank_seed), n=n)
+        if sync_seconds is not None:
+            result.metrics["actor/weight_sync_s"] = sync_seconds
+        return result
 
-    def push_weights_to_engine(self) -> None:
-        """Copy the current weights into an engine that holds its own (a collective under fsdp:
-        every rank calls it, from ``generate_sequences``)."""
-        if self.context.strategy == "fsdp":
-            state = broadcast_full_state_dict(self.model)
-        else:
-            state = self.model.state_dict()
-        self.rollout.engine.update_weights(state)
+    def push_weights_to_engine(self) -> float:
+        """Stream the current weights into an engine that holds its own copy, tensor by tensor
+        (a collective under fsdp: every rank calls it, from ``generate_sequences``); its seconds."""
+        start = time.perf_counter()
+        self.rollout.engine.update_weights(stream_full_tensors(self.model))
         self._engine_stale = False
+        return time.perf_counter() - start
 
     # --- Stage 3: update -------------------------------------------------------------
 

@@ -85,6 +85,16 @@ def test_rule_checks(model_dir, tmp_path):
         load_config("nope", [])
 
 
+def test_tensor_parallel_rollout_needs_vllm_and_enough_gpus_per_rank(model_dir):
+    base = [f"actor.model_path={model_dir}", "actor.rollout.tensor_parallel_size=2"]
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=2 needs a vLLM engine"):
+        load_config("ppo", base)
+    with pytest.raises(ConfigError, match=r"num_gpus_per_worker \(1\) must be at least 2"):
+        load_config("ppo", [*base, "actor.rollout.engine=vllm-async", "resources.num_gpus_per_worker=1"])
+    config = load_config("ppo", [*base, "actor.rollout.engine=vllm-async", "resources.num_gpus_per_worker=2"])
+    assert config.actor.rollout.tensor_parallel_size == 2
+
+
 def test_yaml_file_preset_with_unknown_key_is_rejected(tmp_path, model_dir):
     bad = tmp_path / "mine.yaml"
     bad.write_text("actor:\n  optim:\n    learning_rate: 1.0\n")

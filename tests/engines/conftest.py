@@ -1,9 +1,10 @@
 """One engine suite, run against every engine.
 
 ``engine_factory`` is parametrized over engine kinds: ``hf`` (continuous batching) and
-``hf-coalescing`` always run; ``vllm`` is marked ``vllm`` and skipped when vLLM is not
-importable. Each factory builds an engine over the same tiny model directory, so the
-teacher-forced reference below (plain HF forward) applies to all.
+``hf-coalescing`` always run; ``vllm`` (offline, coalesced) and ``vllm-async`` (one request
+per turn) are marked ``vllm`` and skipped when vLLM is not importable. Each factory builds
+an engine over the same tiny model directory, so the teacher-forced reference below (plain
+HF forward) applies to all.
 """
 
 from __future__ import annotations
@@ -56,28 +57,36 @@ def _vllm_engine(tiny_dir: Path) -> Iterator[object]:
     engine.shutdown()
 
 
+@pytest.fixture(scope="module")
+def _vllm_async_engine(tiny_dir: Path) -> Iterator[object]:
+    from agentrl.engines.vllm_async import AsyncVLLMEngine
+
+    engine = AsyncVLLMEngine(tiny_dir, max_batch_size=16, dtype="float32", max_model_len=512)
+    yield engine
+    engine.shutdown()
+
+
 EngineFactory = Callable[..., object]
+VLLM_MARKS = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed"),
+]
 
 
 @pytest.fixture(
     params=[
         "hf",
         "hf-coalescing",
-        pytest.param(
-            "vllm",
-            marks=[
-                pytest.mark.vllm,
-                pytest.mark.slow,
-                pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed"),
-            ],
-        ),
+        pytest.param("vllm", marks=VLLM_MARKS),
+        pytest.param("vllm-async", marks=VLLM_MARKS),
     ]
 )
 def engine_factory(request: pytest.FixtureRequest, tiny_dir: Path, tokenizer) -> EngineFactory:
     """``engine_factory(eos_token_ids=None, max_batch_size=16)`` -> a fresh-enough engine.
 
-    HF engines are cheap and built per call; the vLLM engine is started once per
-    session (minutes otherwise) and its eos override is per request.
+    HF engines are cheap and built per call; each vLLM engine is started once per
+    module (minutes otherwise) and its eos override is per request.
     """
     kind = request.param
     if kind.startswith("hf"):
@@ -93,7 +102,7 @@ def engine_factory(request: pytest.FixtureRequest, tiny_dir: Path, tokenizer) ->
             )
 
         return make_hf
-    engine = request.getfixturevalue("_vllm_engine")
+    engine = request.getfixturevalue("_vllm_engine" if kind == "vllm" else "_vllm_async_engine")
 
     def make_vllm(eos_token_ids=None, max_batch_size: int = 16):
         engine.eos_token_ids = None if eos_token_ids is None else set(eos_token_ids)

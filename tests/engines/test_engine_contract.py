@@ -222,6 +222,35 @@ def test_update_weights_changes_outputs_in_place(
     assert [r.token_ids for r in restored] == [r.token_ids for r in before]
 
 
+def test_update_weights_from_a_stream_in_small_buckets_equals_from_a_state_dict(
+    engine_factory, tokenizer, tiny_dir, tiny_dir_other_weights, prompts
+):
+    from agentrl.engines.hf import HFEngine
+
+    engine = engine_factory()
+    other = load_causal_lm(tiny_dir_other_weights)
+    expected = [r.token_ids for r in run(HFEngine(other, tokenizer).generate_batch(prompts, GREEDY))]
+    pulled: list[str] = []
+
+    def stream():
+        for name, tensor in other.state_dict().items():
+            pulled.append(name)
+            yield name, tensor
+
+    bucket_bytes = getattr(engine, "weight_bucket_bytes", None)
+    if bucket_bytes is not None:
+        engine.weight_bucket_bytes = 64 * 1024  # many buckets, some tensors alone in theirs
+    try:
+        engine.update_weights(stream())
+        after = run(engine.generate_batch(prompts, GREEDY))
+        assert pulled == list(other.state_dict())
+        assert [r.token_ids for r in after] == expected
+    finally:
+        if bucket_bytes is not None:
+            engine.weight_bucket_bytes = bucket_bytes
+        engine.update_weights(load_causal_lm(tiny_dir).state_dict())
+
+
 def test_bad_input_is_rejected_with_a_clear_error(engine_factory):
     engine = engine_factory()
     with pytest.raises(ValueError, match="empty"):

@@ -71,7 +71,11 @@ def _rank_main(rank: int, world: int, port: int, args: dict, queue: Any) -> None
     try:
         for _ in range(args.get("updates", 2)):
             worker.update_actor(shard)
-        weights = gathered_weights(worker)
+        if args.get("engine_copy"):  # what the rollout engine holds after the weight sync
+            worker.push_weights_to_engine()
+            weights = {k: v.detach().clone() for k, v in worker.rollout.engine.model.state_dict().items()}
+        else:
+            weights = gathered_weights(worker)
         if rank == 0:  # plain lists: a tensor on a queue dies with its process
             queue.put({k: v.float().tolist() for k, v in weights.items()})
     finally:
@@ -79,7 +83,8 @@ def _rank_main(rank: int, world: int, port: int, args: dict, queue: Any) -> None
 
 
 def updated_weights(model_path: str, strategy: str, world: int, **args: Any) -> dict[str, torch.Tensor]:
-    """The actor's weights after ``updates`` PPO updates on ``world`` spawned ranks."""
+    """The actor's weights after ``updates`` PPO updates on ``world`` spawned ranks (with
+    ``engine_copy=True``: rank 0's rollout engine copy after the weight sync)."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()

@@ -116,8 +116,8 @@ class RecordingEngine:
         )
         return results
 
-    def update_weights(self, state_dict: dict) -> None:  # pragma: no cover
-        self.engine.update_weights(state_dict)
+    def update_weights(self, weights) -> None:  # pragma: no cover
+        self.engine.update_weights(weights)
 
     def sleep(self) -> None:  # pragma: no cover
         self.engine.sleep()

@@ -28,6 +28,12 @@ def test_fsdp_on_two_ranks_takes_the_one_rank_and_the_dp_updates(tiny_model_dir)
         assert difference < 1e-3 * moved, (strategy, world, difference, moved)
 
 
+def test_fsdp_streams_the_updated_weights_into_each_ranks_engine_copy(tiny_model_dir):
+    trained = updated_weights(tiny_model_dir, "fsdp", 2)
+    engine = updated_weights(tiny_model_dir, "fsdp", 2, engine_copy=True)
+    assert max_difference(engine, trained) == 0.0
+
+
 def gathered_gradients(worker: ActorWorker) -> dict[str, torch.Tensor]:
     """Each parameter's gradient of the last step, unsharded (a collective under fsdp)."""
     grads = {}
