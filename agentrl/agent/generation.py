@@ -48,8 +48,8 @@ from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import Engine, SamplingParams
 from agentrl.seeding import derive_seed
 
-# Per-rank wall times: merged over data-parallel ranks by their maximum.
-WALL_TIME_METRICS = ("rollout/tool_busy_s", "actor/weight_sync_s")
+# Per-rank figures, merged over data-parallel ranks by their maximum (the ranks run at once).
+PER_RANK_MAXIMA = ("rollout/tool_busy_s", "actor/weight_sync_s", "actor/engine_sleep_freed_mb")
 
 
 @dataclass
@@ -64,7 +64,7 @@ class RolloutResult:
     @classmethod
     def merge(cls, parts: Sequence[RolloutResult]) -> RolloutResult:
         """The data-parallel ranks' rollouts as one: trajectories in rank order, the metrics
-        recomputed over all of them, and the slowest rank's wall times (the ranks run at once)."""
+        recomputed over all of them, and the largest per-rank figures (``PER_RANK_MAXIMA``)."""
         trajectories = [t for part in parts for t in part.trajectories]
         prefix = "rollout/tool_calls/"
         tags = sorted(
@@ -72,7 +72,7 @@ class RolloutResult:
         )
         slowest = {
             key: max(part.metrics[key] for part in parts if key in part.metrics)
-            for key in WALL_TIME_METRICS
+            for key in PER_RANK_MAXIMA
             if any(key in part.metrics for part in parts)
         }
         busy = {"rollout/tool_busy_s": slowest.pop("rollout/tool_busy_s", 0.0)}

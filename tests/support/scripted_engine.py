@@ -119,8 +119,8 @@ class RecordingEngine:
     def update_weights(self, weights) -> None:  # pragma: no cover
         self.engine.update_weights(weights)
 
-    def sleep(self) -> None:  # pragma: no cover
-        self.engine.sleep()
+    def sleep(self, release_weights: bool = False) -> int:  # pragma: no cover
+        return self.engine.sleep(release_weights)
 
     def wake_up(self) -> None:  # pragma: no cover
         self.engine.wake_up()

@@ -198,6 +198,10 @@ def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path, strateg
             torch.testing.assert_close(a[key]["exp_avg"], b[key]["exp_avg"])
             torch.testing.assert_close(a[key]["exp_avg_sq"], b[key]["exp_avg_sq"])
     assert [r["step"] for r in read_metrics(resumed)] == [1, 2, 3]
+    rows = read_metrics(straight)
+    assert all(r["rollout/logprob_diff"] < 1e-3 for r in rows), "engine and trainer weights must agree"
+    if strategy:  # fsdp: the engine's own copy is released after each rollout and streamed back
+        assert all(r["actor/engine_sleep_freed_mb"] > 0 and "actor/weight_sync_s" in r for r in rows)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
