@@ -230,6 +230,8 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
             problems.append(f"config key '{key}' must be in [0, 10), got {value}")
     if actor.dual_clip_c is not None and actor.dual_clip_c <= 1:
         problems.append(f"config key 'actor.dual_clip_c' must be > 1 or null, got {actor.dual_clip_c}")
+    if algo.tis_cap <= 0:
+        problems.append(f"config key 'algorithm.tis_cap' must be > 0, got {algo.tis_cap}")
     if not 0 <= algo.gamma <= 1 or not 0 <= algo.lam <= 1:
         problems.append(f"algorithm.gamma and algorithm.lam must be in [0, 1], got {algo.gamma}, {algo.lam}")
     if not rollout.val_greedy and rollout.temperature <= 0:

@@ -156,6 +156,9 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = True
     kl_penalty: str = "k1"  # estimator for the in-reward KL
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    # Truncated importance sampling when the rollout came from other weights than π_old
+    # (trainer.one_step_off_policy): each token's policy loss × min(π_old / π_rollout, tis_cap).
+    tis_cap: float = 2.0
 
 
 @dataclass
@@ -188,6 +191,9 @@ class TrainerConfig:
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     device: str = "cpu"  # cpu | cuda
     dump_trajectories: bool = False
+    # Generate step t+1's rollout while step t updates, with weights one step stale (the policy
+    # loss corrects with algorithm.tis_cap); false keeps every step on-policy.
+    one_step_off_policy: bool = False
 
 
 @dataclass

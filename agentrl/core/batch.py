@@ -84,6 +84,12 @@ class Batch:
             f"batch has no field '{key}'; tensors: {sorted(self.tensors.keys())}, meta: {sorted(self.meta)}"
         )
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The field, or ``default`` when the batch has none by that name (optional fields)."""
+        if key not in self:
+            return default
+        return self[key]
+
     def __setitem__(self, key: str, value: Any) -> None:
         if isinstance(value, torch.Tensor):
             if value.shape[0] != len(self):

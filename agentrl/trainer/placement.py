@@ -166,15 +166,19 @@ def start_roles(
     group, threads = reserve(config, layout)
     started: list[WorkerGroup] = []
 
-    def start(cls: type, section: object, role: str, world_size: int) -> WorkerGroup:
+    def start(cls: type, section: object, role: str, world_size: int, concurrency: int = 1) -> WorkerGroup:
         bundles, cpus, gpus = layout.roles[role]
         placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
-        started.append(WorkerGroup(cls, (section, context), world_size, cpus, gpus, role, placement))
+        started.append(
+            WorkerGroup(cls, (section, context), world_size, cpus, gpus, role, placement, concurrency)
+        )
         return started[-1]
 
     res = config.resources
     try:
-        actor = start(ActorWorker, config.actor, "actor", res.actor_workers)
+        # One-step-off: the actor generates the next rollout while it serves the update's calls.
+        concurrency = 2 if context.overlap_rollout else 1
+        actor = start(ActorWorker, config.actor, "actor", res.actor_workers, concurrency)
         critic = reference = None
         if use_critic:
             # Derived once: the critic starts from the actor's model unless it names its own.

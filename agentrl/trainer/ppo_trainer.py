@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,7 @@ from agentrl.config.schema import ExperimentConfig
 from agentrl.core.advantages import AdvantageInputs, get_advantage_estimator, place_score_on_last_token
 from agentrl.core.batch import Batch
 from agentrl.core.kl_control import build_kl_controller
-from agentrl.core.losses import kl_in_reward
+from agentrl.core.losses import kl_in_reward, truncated_importance_weights
 from agentrl.core.masked import masked_mean, masked_whiten
 from agentrl.eval.records import records_of
 from agentrl.eval.report import flat_metrics
@@ -39,7 +39,7 @@ from agentrl.trainer.dataset import StatefulLoader, build_prompt_dataset
 from agentrl.trainer.placement import Roles, start_roles
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.base import RunContext
-from agentrl.workers.group import mini_batch_shards
+from agentrl.workers.group import Pending, mini_batch_shards
 
 
 class TrainingDiverged(RuntimeError):
@@ -78,6 +78,21 @@ def step_metrics(batch: Batch, use_critic: bool) -> dict[str, float]:
     if use_critic:
         metrics["critic/values/mean"] = float(masked_mean(batch["values"], mask))
     return metrics
+
+
+@dataclass
+class RolloutAhead:
+    """A rollout submitted before the step that trains on it (one-step-off-policy)."""
+
+    pending: Pending
+    weights_version: int  # updates the engine's weights had when it was submitted
+    loader_state: dict  # the loader before its prompts were drawn: a checkpoint resumes there
+    _result: RolloutResult | None = None
+
+    def result(self) -> RolloutResult:
+        if self._result is None:
+            self._result = self.pending.result()
+        return self._result
 
 
 class PPOTrainer:
@@ -126,59 +141,100 @@ class PPOTrainer:
             trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name, asdict(self.config)
         )
         metrics: dict[str, float] = {}
+        ahead: RolloutAhead | None = None  # one-step-off: the rollout generating during the update
         try:
             if trainer.val_before_train and self.val_data is not None and self.global_step == 0:
                 tracker.log(self.validate(), step=0)
             progress = tqdm(total=trainer.total_steps, initial=self.global_step, desc="training", unit="step")
             while not self.finished():
-                metrics = self.train_step(self.loader.next_batch())
+                if trainer.one_step_off_policy:
+                    metrics, ahead = self.off_policy_step(ahead)
+                else:
+                    metrics = self.train_step(self.loader.next_batch())
                 if self._due(trainer.test_freq) and self.val_data is not None:
+                    if ahead is not None:
+                        ahead.result()  # the actor's engine serves one rollout at a time
                     metrics |= self.validate()
                 tracker.log(metrics, self.global_step)
                 progress.update(1)
                 if self._due(trainer.save_freq) or self.finished():
-                    self.save_checkpoint()
+                    # A rollout in flight is not saved: a resumed run draws its prompts again.
+                    self.save_checkpoint(ahead.loader_state if ahead is not None else None)
             progress.close()
         finally:
             tracker.close()
         return metrics
 
     def train_step(self, prompts: list) -> dict[str, float]:
-        """One PPO step on ``prompts``; returns the step's metrics."""
+        """One on-policy PPO step on ``prompts``; returns the step's metrics."""
         timer = StepTimer()
         with timer("step"):
             # Stage 1: rollout (multi-turn: generate → <search> → retrieve → <information> → …)
             with timer("gen"):
                 rollout = self.generate_sequences(prompts)
-            batch = collate(
-                rollout.trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer
-            )
-            # Stage 2: make training data
-            with timer("old_log_prob"):
-                batch["old_log_probs"] = self.roles.actor.run_sharded("compute_log_prob", batch)
-            if self.use_critic:
-                with timer("values"):
-                    batch["values"] = self.roles.critic.run_sharded("compute_values", batch)
-            if self.use_reference:
-                with timer("ref"):
-                    batch["ref_log_probs"] = self.roles.reference.run_sharded("compute_log_prob", batch)
-            with timer("reward"):
-                batch["scores"], reward_metrics = self.roles.reward.run_rank0("compute_scores", batch)
-            batch["token_level_scores"] = place_score_on_last_token(batch["scores"], batch["response_mask"])
-            batch["token_level_rewards"], kl_metrics = self.apply_kl_penalty(batch)
-            with timer("adv"):
-                batch["advantages"], batch["returns"] = self.compute_advantages(batch)
-            # Stage 3: update
-            update_metrics = self.update(batch, timer)
-        self.global_step += 1
-        metrics = (
-            rollout.metrics
-            | step_metrics(batch, self.use_critic)
-            | reward_metrics
-            | kl_metrics
-            | update_metrics
+            batch, metrics = self.learn(rollout, timer, off_policy=False)
+        return self.close_step(rollout, batch, metrics | {"rollout/staleness": 0.0}, timer)
+
+    def off_policy_step(self, ahead: RolloutAhead | None) -> tuple[dict[str, float], RolloutAhead | None]:
+        """One step trained on the rollout submitted during the previous step (weights one update
+        stale), after submitting the next one, which then generates during this step's update."""
+        timer = StepTimer()
+        with timer("step"):
+            if ahead is None:  # the first step (or the first after a resume) waits for its own
+                ahead = self.submit_rollout(self.global_step)
+            with timer("gen_wait"):
+                rollout = ahead.result()
+            staleness = float(self.global_step - ahead.weights_version)
+            following = None
+            if self.global_step + 1 < self.config.trainer.total_steps:
+                with timer("weight_sync"):
+                    self.roles.actor.run_all("sync_engine")
+                following = self.submit_rollout(self.global_step + 1)
+            batch, metrics = self.learn(rollout, timer, off_policy=True)
+        return self.close_step(rollout, batch, metrics | {"rollout/staleness": staleness}, timer), following
+
+    def learn(
+        self, rollout: RolloutResult, timer: StepTimer, off_policy: bool
+    ) -> tuple[Batch, dict[str, float]]:
+        """Stages 2 and 3 of a step: the training batch from the rollout, then the updates."""
+        batch = collate(
+            rollout.trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer
         )
-        metrics |= timer.metrics() | self.bookkeeping_metrics(batch, timer.seconds["step"])
+        # Stage 2: make training data
+        with timer("old_log_prob"):
+            batch["old_log_probs"] = self.roles.actor.run_sharded("compute_log_prob", batch)
+        if self.use_critic:
+            with timer("values"):
+                batch["values"] = self.roles.critic.run_sharded("compute_values", batch)
+        if self.use_reference:
+            with timer("ref"):
+                batch["ref_log_probs"] = self.roles.reference.run_sharded("compute_log_prob", batch)
+        with timer("reward"):
+            batch["scores"], reward_metrics = self.roles.reward.run_rank0("compute_scores", batch)
+        batch["token_level_scores"] = place_score_on_last_token(batch["scores"], batch["response_mask"])
+        batch["token_level_rewards"], kl_metrics = self.apply_kl_penalty(batch)
+        with timer("adv"):
+            batch["advantages"], batch["returns"] = self.compute_advantages(batch)
+        tis_metrics: dict[str, float] = {}
+        if off_policy:  # the engine sampled with older weights than π_old: re-weight its tokens
+            batch["tis_weights"], tis_metrics = truncated_importance_weights(
+                batch["old_log_probs"],
+                batch["rollout_log_probs"],
+                batch["response_mask"],
+                self.config.algorithm.tis_cap,
+            )
+        # Stage 3: update
+        update_metrics = self.update(batch, timer)
+        metrics = step_metrics(batch, self.use_critic) | reward_metrics | kl_metrics | tis_metrics
+        return batch, metrics | update_metrics
+
+    def close_step(
+        self, rollout: RolloutResult, batch: Batch, metrics: dict[str, float], timer: StepTimer
+    ) -> dict[str, float]:
+        """Count the step; its metrics, checked finite; the trajectories dumped when asked."""
+        self.global_step += 1
+        metrics = rollout.metrics | metrics | timer.metrics()
+        metrics |= self.bookkeeping_metrics(batch, timer.seconds["step"])
         self.check_finite(metrics)
         if self.config.trainer.dump_trajectories:
             self.dump(rollout, batch)
@@ -190,6 +246,16 @@ class PPOTrainer:
         n = 1 if validate else self.config.actor.rollout.n
         seed = None if validate else derive_seed(self.config.seed, "rollout", self.global_step)
         return self.roles.actor.run_sharded("generate_sequences", prompts, n, seed, validate)
+
+    def submit_rollout(self, step: int) -> RolloutAhead:
+        """Draw the prompts of (0-based) step ``step`` and start their rollout without waiting,
+        with the weights the engine holds now (``global_step`` updates)."""
+        loader_state = self.loader.state_dict()
+        prompts = self.loader.next_batch()
+        seed = derive_seed(self.config.seed, "rollout", step)
+        n = self.config.actor.rollout.n
+        pending = self.roles.actor.submit_sharded("generate_sequences", prompts, n, seed, False)
+        return RolloutAhead(pending, self.global_step, loader_state)
 
     def apply_kl_penalty(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         """token_level_rewards = scores − β · KL(π_old ‖ π_ref) per model token (when KL is in the reward)."""
@@ -307,7 +373,8 @@ class PPOTrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, loader_state: dict | None = None) -> Path:
+        """``loader_state``: where a resumed run draws prompts from (default: the loader now)."""
         partial = self.checkpoints.partial_dir(self.global_step)
         self.roles.actor.run_all("save_checkpoint", str(partial))
         if self.use_critic:
@@ -315,7 +382,7 @@ class PPOTrainer:
         torch.save(
             {
                 "global_step": self.global_step,
-                "loader": self.loader.state_dict(),
+                "loader": loader_state if loader_state is not None else self.loader.state_dict(),
                 "kl_ctrl": self.kl_ctrl.state_dict(),
                 "rng": rng_state(),
             },

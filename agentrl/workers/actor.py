@@ -115,10 +115,15 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         super().__init__(actor, context, rank, world_size, master_port, master_addr)
         self._setup_optimizer(actor.optim)
         self._rollout = None
-        # The HF engine shares the training module, except under fsdp: every sharded forward is
-        # a collective, and ranks generate different numbers of tokens. Then (and with vLLM) the
+        # The HF engine shares the training module, except under fsdp (every sharded forward is
+        # a collective, and ranks generate different numbers of tokens) and when the rollout runs
+        # during the update (it must not see weights change under it). Then (and with vLLM) the
         # engine holds its own full copy, refreshed before the next rollout after each update.
-        self.engine_owns_weights = actor.rollout.engine != "hf" or context.strategy == "fsdp"
+        self.engine_owns_weights = (
+            actor.rollout.engine != "hf" or context.strategy == "fsdp" or context.overlap_rollout
+        )
+        # An engine that runs during the update keeps its memory; otherwise it may sleep.
+        self.engine_sleeps = actor.rollout.free_engine_memory and not context.overlap_rollout
         self._engine_stale = False
 
     # --- Stage 1: rollout ------------------------------------------------------------
@@ -180,20 +185,27 @@ class ActorWorker(PolicyWorker, TrainableWorker):
 
         Each rank draws from its own seed so data-parallel shards do not sample alike.
         """
-        self.model.eval()
+        if not self.engine_owns_weights:
+            self.model.eval()  # the engine generates with the training module itself
         manager = self.rollout
         manager.engine.wake_up()
-        sync_seconds = self.push_weights_to_engine() if self._engine_stale else None
+        sync_seconds = self.sync_engine()
         rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
         result = manager.run(prompts, self.sampling_params(validate, rank_seed), n=n)
         if sync_seconds is not None:
             result.metrics["actor/weight_sync_s"] = sync_seconds
-        if self.actor.rollout.free_engine_memory:
+        if self.engine_sleeps:
             freed = manager.engine.sleep(release_weights=self.engine_owns_weights)
             if freed:  # a copy of its own was released (or offloaded): resend before the next rollout
                 self._engine_stale = self._engine_stale or self.engine_owns_weights
             result.metrics["actor/engine_sleep_freed_mb"] = freed / 2**20
         return result
+
+    def sync_engine(self) -> float | None:
+        """Bring the engine's own copy up to the current weights if an update (or a sleep) left it
+        behind; the seconds it took, or None when nothing was sent. The driver calls it before
+        submitting a rollout that will run during the next update."""
+        return self.push_weights_to_engine() if self._engine_stale else None
 
     def push_weights_to_engine(self) -> float:
         """Stream the current weights into an engine that holds its own copy, tensor by tensor
@@ -230,6 +242,7 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             dual_clip_c=actor.dual_clip_c,
             agg=actor.loss_agg_mode,
             norm_tokens=norm,
+            token_weights=micro.get("tis_weights"),  # one-step-off: truncated importance weights
         )
         loss = pg_loss
         metrics = {**metrics, "pg_loss": pg_loss.detach()}

@@ -44,6 +44,7 @@ class RunContext:
     max_prompt_length: int
     max_response_length: int  # the response budget; also the Dr.GRPO loss normaliser
     strategy: str = "dp"  # dp | fsdp (resources.strategy)
+    overlap_rollout: bool = False  # the next rollout runs during the update (trainer.one_step_off_policy)
 
     @classmethod
     def from_config(cls, config: ExperimentConfig) -> RunContext:
@@ -54,6 +55,7 @@ class RunContext:
             max_prompt_length=config.data.max_prompt_length,
             max_response_length=config.data.max_response_length,
             strategy=config.resources.strategy,
+            overlap_rollout=config.trainer.one_step_off_policy,
         )
 
 

@@ -98,6 +98,21 @@ def _combine(results: list[Any]) -> Any:
     return results
 
 
+class Pending:
+    """Results of a method submitted to every rank and not yet collected (``submit_sharded``)."""
+
+    def __init__(self, refs: list[Any]) -> None:
+        self._refs = refs
+
+    def done(self) -> bool:
+        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        return len(ready) == len(self._refs)
+
+    def result(self) -> Any:
+        """Wait for every rank and reassemble (as ``run_shards`` does)."""
+        return _combine(ray.get(self._refs))
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where a group's ranks run: bundle ``bundles[r]`` of placement group ``group`` for rank r,
@@ -123,10 +138,12 @@ class WorkerGroup:
         num_gpus: float = 0.0,
         name: str = "worker",
         placement: Placement | None = None,
+        max_concurrency: int = 1,
     ) -> None:
         """``worker_cls(*args, rank, world_size, master_port, master_addr)`` on each of
         ``world_size`` Ray actors (``args``: the role's config section and the run context),
-        placed by ``placement`` when given."""
+        placed by ``placement`` when given. ``max_concurrency`` > 1 lets a submitted method
+        (``submit_sharded``) run on each actor while the driver calls others."""
         self.name = name
         self.world_size = world_size
         addr = port = None
@@ -137,7 +154,11 @@ class WorkerGroup:
             addr, port = ray.get(rendezvous.remote())
         self.workers = []
         for rank in range(world_size):
-            options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus}
+            options: dict[str, Any] = {
+                "num_cpus": num_cpus,
+                "num_gpus": num_gpus,
+                "max_concurrency": max_concurrency,
+            }
             env = dict(WORKER_ENV)
             # User code named by import path (scorers, tools) resolves from the launch directory,
             # as it does in the driver.
@@ -166,9 +187,7 @@ class WorkerGroup:
         if self.world_size == 1:
             return self.run_rank0(method, items, *args, **kwargs)
         if not isinstance(items, Batch) or len(items) % self.world_size:
-            bounds = np.linspace(0, len(items), self.world_size + 1).round().astype(int)
-            shards = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-            return self.run_shards(method, shards, *args, **kwargs)
+            return self.submit_sharded(method, items, *args, **kwargs).result()
         parts = balanced_partition(token_counts(items), self.world_size)
         result = self.run_shards(method, [items.index(rows) for rows in parts], *args, **kwargs)
         if isinstance(result, torch.Tensor):
@@ -180,15 +199,24 @@ class WorkerGroup:
 
     def run_shards(self, method: str, shards: Sequence[Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``method(shards[r], *args)`` on rank r and reassemble, for callers that shard themselves."""
+        return self.submit_shards(method, shards, *args, **kwargs).result()
+
+    def submit_shards(self, method: str, shards: Sequence[Any], *args: Any, **kwargs: Any) -> Pending:
+        """``run_shards`` without waiting: the results come from ``Pending.result()``."""
         if len(shards) != self.world_size:
             raise ValueError(f"{len(shards)} shards for a {self.name} group of {self.world_size} ranks")
-        results = ray.get(
+        return Pending(
             [
                 getattr(w, method).remote(shard, *args, **kwargs)
                 for w, shard in zip(self.workers, shards, strict=True)
             ]
         )
-        return _combine(results)
+
+    def submit_sharded(self, method: str, items: Sequence[Any], *args: Any, **kwargs: Any) -> Pending:
+        """``run_sharded`` for a plain sequence (contiguous chunks), without waiting."""
+        bounds = np.linspace(0, len(items), self.world_size + 1).round().astype(int)
+        shards = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        return self.submit_shards(method, shards, *args, **kwargs)
 
     def shutdown(self) -> None:
         # Best effort: the actors are killed next whatever happens here.

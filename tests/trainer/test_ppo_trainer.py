@@ -126,6 +126,31 @@ def test_grpo_three_steps_builds_no_critic(search_world, tmp_path):
     assert after["reference"] == before["reference"] and after["actor"] != before["actor"]
 
 
+def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_importance_weights(
+    search_world, tmp_path
+):
+    run_dir = tmp_path / "off"
+    _, before, after = run(
+        "grpo",
+        search_world.overrides(
+            run_dir,
+            steps=3,
+            **{"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "trainer.one_step_off_policy": True},
+        ),
+    )
+    rows = read_metrics(run_dir)
+    assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+    # The first rollout used the current weights; the later ones the weights before the last update.
+    assert rows[0]["rollout/logprob_diff"] < 1e-3
+    assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
+    for row in rows:
+        assert {"tis/weight_mean", "tis/truncated_frac", "timing_s/gen_wait"} <= row.keys()
+        assert "timing_s/gen" not in row, "the generation itself overlapped the previous update"
+        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
+    assert all("timing_s/weight_sync" in r for r in rows[:2]) and "timing_s/weight_sync" not in rows[2]
+    assert after["actor"] != before["actor"]
+
+
 def test_reward_goes_up_on_an_easy_task(search_world, tmp_path):
     run_dir = tmp_path / "easy"
     overrides = search_world.overrides(
