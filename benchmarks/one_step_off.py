@@ -1,0 +1,121 @@
+"""One-step-off-policy vs on-policy training on the quickstart profile: wall time per step and EM.
+
+    python benchmarks/one_step_off.py [--out runs/bench_one_step_off] [--short] [--seed 0]
+
+Builds the quickstart's world, index, tiny model and SFT warm start once, then runs the same
+PPO phase twice from that SFT model -- on-policy (the baseline) and with
+``trainer.one_step_off_policy=true`` -- and evaluates both policies on the held-out questions
+(greedy, as the quickstart does). Prints the median wall time per training step (step 1 left
+out: under one-step-off it still waits for its own rollout), the whole PPO phase, held-out EM,
+and the ratios. Each mode's figures are kept in ``<out>/<mode>.json``; a mode already measured
+is not run again, so an interrupted run resumes with the mode it had not finished (the shared
+phases are rebuilt: they are deterministic for a seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+MODES = {"on_policy": [], "one_step_off": ["trainer.one_step_off_policy=true"]}
+
+
+def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> dict:
+    from agentrl.config import load_config
+    from agentrl.quickstart.pipeline import evaluate_heldout, ppo_overrides, train_ppo
+
+    profile, files = shared["profile"], shared["files"]
+    overrides = ppo_overrides(profile, out, shared["model_dir"], files, shared["url"], extra, seed)
+    config = load_config("ppo", overrides)
+    run_dir = out / f"ppo_{mode}"
+    config = replace(config, trainer=replace(config.trainer, run_dir=str(run_dir), resume_mode="disable"))
+    start = time.perf_counter()
+    policy = train_ppo(config, shared["sft_dir"])
+    ppo_seconds = time.perf_counter() - start
+    result = evaluate_heldout(policy, files.test, config, profile.eval_limit, seed)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
+    return {
+        "mode": mode,
+        "steps": len(steps),
+        "step_s_median": statistics.median(steps[1:]),
+        "ppo_phase_s": ppo_seconds,
+        "em": result["all"]["em"],
+        "searches": result["all"]["searches"],
+        "last_val_em": next((r["val/all/em"] for r in reversed(rows) if "val/all/em" in r), float("nan")),
+    }
+
+
+def build_shared(out: Path, short: bool, seed: int) -> tuple[dict, object]:
+    """The quickstart's phases before PPO, once for both modes."""
+    from agentrl.config import load_config
+    from agentrl.quickstart.pipeline import (
+        build_index,
+        build_model,
+        make_world,
+        ppo_overrides,
+        prepare,
+        record_sft_data,
+        start_retriever,
+        train_sft,
+    )
+    from agentrl.quickstart.profiles import FULL, SHORT
+    from retriever.process import RetrieverProcess
+
+    profile = SHORT if short else FULL
+    out = prepare(out)
+    world, files = make_world(out, profile, seed)
+    model_dir = build_model(world, profile, out, seed)
+    server = RetrieverProcess(build_index(files.corpus, out), log_path=out / "retriever.log")
+    config = load_config("ppo", ppo_overrides(profile, out, model_dir, files, server.retrieve_url, [], seed))
+    start_retriever(server)
+    demos = record_sft_data(world, model_dir, config, profile, out, seed)
+    sft = train_sft(model_dir, demos, profile, out, seed)
+    shared = {
+        "profile": profile,
+        "files": files,
+        "model_dir": model_dir,
+        "url": server.retrieve_url,
+        "sft_dir": sft.model_dir,
+    }
+    return shared, server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/bench_one_step_off")
+    parser.add_argument("--short", action="store_true", help="the quickstart's short profile (a smoke run)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {m: json.loads((out / f"{m}.json").read_text()) for m in MODES if (out / f"{m}.json").exists()}
+    if len(results) < len(MODES):
+        shared, server = build_shared(out, args.short, args.seed)
+        try:
+            for mode, extra in MODES.items():
+                if mode not in results:
+                    results[mode] = measure(mode, extra, shared, out, args.seed)
+                    (out / f"{mode}.json").write_text(json.dumps(results[mode], indent=2))
+        finally:
+            server.stop()
+    print(f"\n{'mode':<14}{'steps':>6}{'s/step':>9}{'PPO s':>9}{'held-out EM':>13}{'searches':>10}")
+    for r in results.values():
+        print(
+            f"{r['mode']:<14}{r['steps']:>6}{r['step_s_median']:>9.2f}{r['ppo_phase_s']:>9.0f}"
+            f"{r['em']:>13.3f}{r['searches']:>10.2f}"
+        )
+    on, off = results["on_policy"], results["one_step_off"]
+    print(
+        f"one-step-off / on-policy: {on['step_s_median'] / off['step_s_median']:.2f}x steps/s (median step), "
+        f"{on['ppo_phase_s'] / off['ppo_phase_s']:.2f}x the whole PPO phase; "
+        f"EM {off['em'] - on['em']:+.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
