@@ -146,7 +146,7 @@ class PPOTrainer:
             if trainer.val_before_train and self.val_data is not None and self.global_step == 0:
                 tracker.log(self.validate(), step=0)
             progress = tqdm(total=trainer.total_steps, initial=self.global_step, desc="training", unit="step")
-            while not self.finished():
+            while not self.finished(ahead):
                 if trainer.one_step_off_policy:
                     metrics, ahead = self.off_policy_step(ahead)
                 else:
@@ -157,7 +157,7 @@ class PPOTrainer:
                     metrics |= self.validate()
                 tracker.log(metrics, self.global_step)
                 progress.update(1)
-                if self._due(trainer.save_freq) or self.finished():
+                if self._due(trainer.save_freq) or self.finished(ahead):
                     # A rollout in flight is not saved: a resumed run draws its prompts again.
                     self.save_checkpoint(ahead.loader_state if ahead is not None else None)
             progress.close()
@@ -186,7 +186,8 @@ class PPOTrainer:
                 rollout = ahead.result()
             staleness = float(self.global_step - ahead.weights_version)
             following = None
-            if self.global_step + 1 < self.config.trainer.total_steps:
+            more_data = self.loader.epochs_completed < self.config.trainer.total_epochs
+            if self.global_step + 1 < self.config.trainer.total_steps and more_data:
                 with timer("weight_sync"):
                     self.roles.actor.run_all("sync_engine")
                 following = self.submit_rollout(self.global_step + 1)
@@ -352,9 +353,12 @@ class PPOTrainer:
     def _due(self, freq: int) -> bool:
         return freq > 0 and self.global_step % freq == 0
 
-    def finished(self) -> bool:
-        epochs_done = self.loader.epochs_completed >= self.config.trainer.total_epochs
-        return self.global_step >= self.config.trainer.total_steps or epochs_done
+    def finished(self, ahead: RolloutAhead | None = None) -> bool:
+        """Whether the run is over: ``total_steps`` trained, or ``total_epochs`` drawn and no
+        rollout still in flight (its prompts were drawn within the budget: a step to train)."""
+        if self.global_step >= self.config.trainer.total_steps:
+            return True
+        return ahead is None and self.loader.epochs_completed >= self.config.trainer.total_epochs
 
     def dump(self, rollout: RolloutResult, batch: Batch) -> None:
         """This step's trajectories with their scores (view with ``python -m agentrl.agent.viewer``)."""

@@ -135,11 +135,21 @@ def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_
         search_world.overrides(
             run_dir,
             steps=3,
-            **{"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "trainer.one_step_off_policy": True},
+            **{
+                "actor.rollout.n": 2,
+                "actor.update.mini_batch_size": 8,
+                "trainer.one_step_off_policy": True,
+                "trainer.save_freq": 1,
+                "trainer.test_freq": 2,  # validation while the next rollout is in flight
+            },
         ),
     )
     rows = read_metrics(run_dir)
     assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+    assert "val/all/em" in rows[1]
+    # Step 2's checkpoint resumes before the prompts of the rollout then in flight (batch 3).
+    state = torch.load(run_dir / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
+    assert state["loader"]["position"] == 2
     # The first rollout used the current weights; the later ones the weights before the last update.
     assert rows[0]["rollout/logprob_diff"] < 1e-3
     assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
