@@ -186,8 +186,7 @@ class PPOTrainer:
                 rollout = ahead.result()
             staleness = float(self.global_step - ahead.weights_version)
             following = None
-            more_data = self.loader.epochs_completed < self.config.trainer.total_epochs
-            if self.global_step + 1 < self.config.trainer.total_steps and more_data:
+            if self.can_draw_ahead():
                 with timer("weight_sync"):
                     self.roles.actor.run_all("sync_engine")
                 following = self.submit_rollout(self.global_step + 1)
@@ -352,6 +351,13 @@ class PPOTrainer:
 
     def _due(self, freq: int) -> bool:
         return freq > 0 and self.global_step % freq == 0
+
+    def can_draw_ahead(self) -> bool:
+        """Whether the step after the one in progress will run, so its prompts may be drawn now."""
+        trainer = self.config.trainer
+        return (
+            self.global_step + 1 < trainer.total_steps and self.loader.epochs_completed < trainer.total_epochs
+        )
 
     def finished(self, ahead: RolloutAhead | None = None) -> bool:
         """Whether the run is over: ``total_steps`` trained, or ``total_epochs`` drawn and no

@@ -1,6 +1,7 @@
 """Atomic checkpoints, the resumable prompt loader and the trainer's stopping rule (no Ray)."""
 
 import json
+from pathlib import Path
 
 from agentrl.config import load_config
 from agentrl.trainer.checkpoint import CheckpointManager
@@ -41,8 +42,7 @@ def test_loader_resumes_at_the_exact_position_across_epochs():
     assert len(set(sum(expected[:3], []))) == 9, "an epoch never repeats an item"
 
 
-def test_one_epoch_of_eight_prompts_in_batches_of_four_is_two_steps(tiny_model_dir, tmp_path):
-    """``trainer.total_epochs=1`` stops after the epoch's last batch, not one batch into the next."""
+def eight_prompt_trainer(tiny_model_dir: Path, tmp_path: Path) -> PPOTrainer:
     rows = [
         {
             "data_source": "toy",
@@ -65,9 +65,27 @@ def test_one_epoch_of_eight_prompts_in_batches_of_four_is_two_steps(tiny_model_d
             f"trainer.run_dir={tmp_path / 'run'}",
         ],
     )
-    trainer = PPOTrainer(config)
+    return PPOTrainer(config)
+
+
+def test_one_epoch_of_eight_prompts_in_batches_of_four_is_two_steps(tiny_model_dir, tmp_path):
+    """``trainer.total_epochs=1`` stops after the epoch's last batch, not one batch into the next."""
+    trainer = eight_prompt_trainer(tiny_model_dir, tmp_path)
     drawn = []
     while not trainer.finished():  # the loop of fit(), without the workers
         drawn.append([p.index for p in trainer.loader.next_batch()])
         trainer.global_step += 1
     assert drawn == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_one_step_off_trains_the_batch_drawn_ahead_at_the_end_of_the_epoch(tiny_model_dir, tmp_path):
+    """A rollout in flight holds the epoch's last batch: the run is not over until it is trained,
+    and nothing is drawn ahead from the next epoch."""
+    trainer = eight_prompt_trainer(tiny_model_dir, tmp_path)
+    trained, ahead = [], None
+    while not trainer.finished(ahead):  # the loop of off_policy_step, without the workers
+        current = ahead or [p.index for p in trainer.loader.next_batch()]
+        ahead = [p.index for p in trainer.loader.next_batch()] if trainer.can_draw_ahead() else None
+        trained.append(current)
+        trainer.global_step += 1
+    assert trained == [[0, 1, 2, 3], [4, 5, 6, 7]]
