@@ -70,13 +70,13 @@ class RolloutResult:
         tags = sorted(
             {key[len(prefix) :] for part in parts for key in part.metrics if key.startswith(prefix)}
         )
-        slowest = {
+        largest = {
             key: max(part.metrics[key] for part in parts if key in part.metrics)
             for key in PER_RANK_MAXIMA
             if any(key in part.metrics for part in parts)
         }
-        busy = {"rollout/tool_busy_s": slowest.pop("rollout/tool_busy_s", 0.0)}
-        return cls(trajectories, rollout_metrics(trajectories, tags) | busy | slowest)
+        metrics = rollout_metrics(trajectories, tags) | {"rollout/tool_busy_s": 0.0} | largest
+        return cls(trajectories, metrics)
 
 
 def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_response_length: int) -> None:

@@ -31,6 +31,7 @@ from transformers import DynamicCache
 from agentrl.engines.base import FinishReason, GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingEngine
 from agentrl.engines.continuous import ContinuousBatcher
+from agentrl.engines.requests import check_prompt_fits
 from agentrl.engines.sampling import select_tokens
 from agentrl.engines.stopping import StopStringMatcher
 from agentrl.engines.weights import WeightStream, named_tensors
@@ -188,15 +189,9 @@ class HFEngine(BatchingEngine):
                 "call wake_up() and then update_weights() before generating"
             )
         super()._validate_prompt(prompt_ids)
-        if self.vocab_size is not None:
-            bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
-            if bad:
-                raise ValueError(f"prompt_ids contains ids outside [0, {self.vocab_size}): {bad[:5]}")
-        if self.max_positions is not None and len(prompt_ids) >= self.max_positions:
-            raise ValueError(
-                f"prompt_ids has {len(prompt_ids)} tokens; the model's max_position_embeddings is "
-                f"{self.max_positions}, leaving no room to generate"
-            )
+        check_prompt_fits(
+            prompt_ids, self.vocab_size, self.max_positions, "the model's max_position_embeddings"
+        )
 
     @contextmanager
     def _eval_mode(self):

@@ -17,6 +17,22 @@ from agentrl.engines.base import SamplingParams
 from agentrl.seeding import derive_seed
 
 
+def check_prompt_fits(
+    prompt_ids: Sequence[int], vocab_size: int | None, context_limit: int | None, limit_name: str
+) -> None:
+    """Every id inside the vocabulary, and room left to generate within ``context_limit``
+    (``limit_name`` says which limit, for the error); ``None`` skips a check."""
+    if vocab_size is not None:
+        bad = [t for t in prompt_ids if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt_ids contains ids outside [0, {vocab_size}): {bad[:5]}")
+    if context_limit is not None and len(prompt_ids) >= context_limit:
+        raise ValueError(
+            f"prompt_ids has {len(prompt_ids)} tokens; {limit_name} is {context_limit}, "
+            "leaving no room to generate"
+        )
+
+
 class RequestChecks:
     """Validation of prompts and parameters before they reach a batch (and fail its neighbours)."""
 

@@ -37,15 +37,7 @@ from agentrl.engines.vllm_engine import (
     _modules_hidden_from_vllm_kernel_scan,
     vllm_engine_kwargs,
 )
-from agentrl.engines.weights import (
-    DEFAULT_BUCKET_BYTES,
-    WeightStream,
-    begin_reload,
-    buckets,
-    finish_reload,
-    load_bucket,
-    pack_bucket,
-)
+from agentrl.engines.weights import DEFAULT_BUCKET_BYTES, WeightStream, reload_calls
 
 T = TypeVar("T")
 
@@ -184,10 +176,8 @@ class AsyncVLLMEngine(VLLMRequests):
             raise RuntimeError(f"update_weights while {self._in_flight} requests are in flight")
 
         async def stream() -> None:
-            await self.llm.collective_rpc(begin_reload)
-            for bucket in buckets(weights, self.weight_bucket_bytes):
-                await self.llm.collective_rpc(load_bucket, args=(pack_bucket(bucket),))
-            await self.llm.collective_rpc(finish_reload)
+            for call, args in reload_calls(weights, self.weight_bucket_bytes, packed=True):
+                await self.llm.collective_rpc(call, args=args)
             await self.llm.reset_prefix_cache()  # cached prefixes hold the old weights' KV
 
         self._call(stream())

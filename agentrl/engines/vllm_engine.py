@@ -41,15 +41,8 @@ import torch
 
 from agentrl.engines.base import FinishReason, GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingEngine
-from agentrl.engines.requests import RequestChecks
-from agentrl.engines.weights import (
-    DEFAULT_BUCKET_BYTES,
-    WeightStream,
-    begin_reload,
-    buckets,
-    finish_reload,
-    load_bucket,
-)
+from agentrl.engines.requests import RequestChecks, check_prompt_fits
+from agentrl.engines.weights import DEFAULT_BUCKET_BYTES, WeightStream, reload_calls
 
 
 def _sampled_log_prob(step: Any, token_id: int) -> float:
@@ -128,14 +121,7 @@ class VLLMRequests(RequestChecks):
 
     def _validate_prompt(self, prompt_ids: list[int]) -> None:
         super()._validate_prompt(prompt_ids)
-        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt_ids contains ids outside [0, {self.vocab_size}): {bad[:5]}")
-        if len(prompt_ids) >= self.max_model_len:
-            raise ValueError(
-                f"prompt_ids has {len(prompt_ids)} tokens; vLLM max_model_len is {self.max_model_len}, "
-                "leaving no room to generate"
-            )
+        check_prompt_fits(prompt_ids, self.vocab_size, self.max_model_len, "vLLM max_model_len")
 
     def _to_vllm_params(self, params: SamplingParams, seed: int, prompt_len: int) -> Any:
         import vllm
@@ -238,10 +224,8 @@ class VLLMEngine(VLLMRequests, BatchingEngine):
     def update_weights(self, weights: WeightStream) -> None:
         """Load HF-named weights into vLLM's model in place, one bucket at a time (``weights.py``)."""
         with self._exec_lock:
-            self.llm.collective_rpc(begin_reload)
-            for bucket in buckets(weights, self.weight_bucket_bytes):
-                self.llm.collective_rpc(load_bucket, args=(bucket,))
-            self.llm.collective_rpc(finish_reload)
+            for call, args in reload_calls(weights, self.weight_bucket_bytes):
+                self.llm.collective_rpc(call, args=args)
             # Cached prefixes were computed with the old weights.
             self.llm.reset_prefix_cache()
 

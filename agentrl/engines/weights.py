@@ -16,7 +16,7 @@ argument and must stay importable by name (the multiprocess engine core unpickle
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -60,6 +60,18 @@ def buckets(
         size += nbytes
     if bucket:
         yield bucket
+
+
+def reload_calls(
+    weights: WeightStream, bucket_bytes: int, packed: bool = False
+) -> Iterator[tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """The ``collective_rpc`` calls that load a stream into a vLLM worker, in order:
+    ``begin_reload``, ``load_bucket`` per bucket (as ``pack_bucket`` bytes when ``packed``, for
+    the multiprocess engine core), ``finish_reload``. Buckets are cut as the calls are taken."""
+    yield begin_reload, ()
+    for bucket in buckets(weights, bucket_bytes):
+        yield load_bucket, (pack_bucket(bucket) if packed else bucket,)
+    yield finish_reload, ()
 
 
 # --- run inside the vLLM worker (collective_rpc) ------------------------------------------

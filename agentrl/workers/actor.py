@@ -196,8 +196,8 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             result.metrics["actor/weight_sync_s"] = sync_seconds
         if self.engine_sleeps:
             freed = manager.engine.sleep(release_weights=self.engine_owns_weights)
-            if freed:  # a copy of its own was released (or offloaded): resend before the next rollout
-                self._engine_stale = self._engine_stale or self.engine_owns_weights
+            if freed and self.engine_owns_weights:  # its copy was released: resend before the next rollout
+                self._engine_stale = True
             result.metrics["actor/engine_sleep_freed_mb"] = freed / 2**20
         return result
 

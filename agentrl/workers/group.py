@@ -104,10 +104,6 @@ class Pending:
     def __init__(self, refs: list[Any]) -> None:
         self._refs = refs
 
-    def done(self) -> bool:
-        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
-        return len(ready) == len(self._refs)
-
     def result(self) -> Any:
         """Wait for every rank and reassemble (as ``run_shards`` does)."""
         return _combine(ray.get(self._refs))
