@@ -5,12 +5,14 @@ model); ``python -m agentrl.eval`` and ``train_scripts/evaluate.sh`` are its com
 """
 
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_questions
+from agentrl.eval.extraction import ANSWER_RULES
 from agentrl.eval.harness import EvalSettings, evaluate, resolve_model_dir
 from agentrl.eval.prompts import MODES
 from agentrl.eval.results import EvalResults
 from agentrl.eval.store import ResultsStore, SettingsMismatch
 
 __all__ = [
+    "ANSWER_RULES",
     "MODES",
     "DatasetSpec",
     "EvalQuestion",

@@ -8,6 +8,10 @@
 Each mode writes ``OUT/<mode>/{predictions.jsonl,metrics.json,metrics.md}``; ``OUT/summary.md``
 holds one table over all modes evaluated in this call. Re-running the same command
 continues an interrupted evaluation.
+
+``--answer-rule tag-or-first-line`` is the fair baseline protocol: a model that answers in
+prose instead of an ``<answer>`` tag is scored on a short answer read from its last turn
+(``agentrl.eval.extraction``), the same rule for every mode of the call.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentrl.eval.datasets import DatasetSpec, parse_dataset_arg
+from agentrl.eval.extraction import ANSWER_RULES
 from agentrl.eval.harness import EvalSettings, evaluate
 from agentrl.eval.prompts import MODES
 from agentrl.eval.report import markdown_table
@@ -66,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch-size", type=int, default=d.batch_size, help="questions per rollout call and per flush"
     )
+    p.add_argument(
+        "--answer-rule",
+        default=d.answer_rule,
+        choices=ANSWER_RULES,
+        help="what a record scores: the accepted <answer> tag only, or failing one the first line of the "
+        "last model turn (the fair baseline protocol; see agentrl/eval/extraction.py)",
+    )
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     p.add_argument("--dtype", default="auto", help="model dtype for the engine (auto, float32, bfloat16)")
     p.add_argument("--max-batch-size", type=int, default=64, help="engine batch cap")
@@ -112,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_obs_length=args.max_obs_length,
         schedule=args.schedule,
         batch_size=args.batch_size,
+        answer_rule=args.answer_rule,
     )
     specs = _specs(args)
     engine_kwargs = {"max_batch_size": args.max_batch_size, "dtype": args.dtype}
@@ -137,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
     table = markdown_table(rows, ["dataset", "mode", "retriever"])
-    (out / "summary.md").write_text(f"model: `{args.model}`\n\n{table}", encoding="utf-8")
+    (out / "summary.md").write_text(
+        f"model: `{args.model}`, answer rule: `{args.answer_rule}`\n\n{table}", encoding="utf-8"
+    )
     print(table)
     return 0

@@ -19,10 +19,12 @@ With ``max_turns=0`` the manager runs exactly one turn that stops at ``</answer>
 one-shot modes get the same stop handling, budgets and token accounting as the agent.
 
 Records are scored by ``records.trajectory_record``, the rule the trainer's validation and
-the quickstart use too. Nothing here builds a critic, an optimiser or a reference model.
-With ``out_dir`` the records go to a resumable ``predictions.jsonl`` (see ``store.py``)
-and the per-dataset metrics to ``metrics.json`` / ``metrics.md``; without it everything
-stays in memory.
+the quickstart use too, under the answer-extraction rule ``EvalSettings.answer_rule``
+(``agentrl.eval.extraction``: ``tag``, the default, or the fair baseline protocol
+``tag-or-first-line``), one rule for every mode and recorded in the settings. Nothing here
+builds a critic, an optimiser or a reference model. With ``out_dir`` the records go to a
+resumable ``predictions.jsonl`` (see ``store.py``) and the per-dataset metrics to
+``metrics.json`` / ``metrics.md``; without it everything stays in memory.
 
 Tool errors stop the evaluation (``tool_error_policy="raise"``): a retriever that died
 halfway would otherwise turn into error observations and quietly lower the numbers. The
@@ -46,6 +48,7 @@ from agentrl.agent.tools.search_client import RetrieverClient, RetrieverError
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines import ENGINE_KINDS, SamplingParams, build_engine
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
+from agentrl.eval.extraction import check_answer_rule
 from agentrl.eval.prompts import MODES, build_prompt
 from agentrl.eval.records import trajectory_record
 from agentrl.eval.report import aggregate
@@ -54,8 +57,11 @@ from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
 
 __all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir"]
 
-# Settings that may change between an interrupted run and its continuation.
+# Settings that may change between an interrupted run and its continuation. ``answer_rule``
+# is not one: records scored under two rules must not share a table.
 RUNTIME_SETTINGS = ("batch_size", "retriever_url", "engine")
+# Settings a results file written before they existed lacks, with the value it was made under.
+LEGACY_SETTINGS = {"answer_rule": "tag"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,9 @@ class EvalSettings:
     Greedy by default, as in the Search-R1 evaluation. ``max_tokens_per_turn`` caps each
     generation; ``max_response_length`` caps all turns plus observations of one answer.
     ``batch_size`` questions are rolled out (and written to disk) at a time.
+    ``answer_rule`` (one of ``extraction.ANSWER_RULES``) picks what a record scores: the
+    accepted ``<answer>`` tag only (``tag``) or, failing one, a short answer read from the
+    last model turn (``tag-or-first-line``, the fair baseline protocol).
     """
 
     topk: int = 3
@@ -81,8 +90,10 @@ class EvalSettings:
     schedule: str = "lockstep"
     batch_size: int = 32
     retriever_timeout_s: float = 30.0
+    answer_rule: str = "tag"
 
     def __post_init__(self) -> None:
+        check_answer_rule(self.answer_rule, "EvalSettings.answer_rule")
         for name in ("topk", "max_tokens_per_turn", "max_prompt_length", "max_response_length", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EvalSettings.{name} must be >= 1, got {getattr(self, name)}")
@@ -240,8 +251,13 @@ def evaluate(
         retriever_url,
     )
     out = Path(out_dir) if out_dir is not None else None
-    store = ResultsStore(out / PREDICTIONS_FILE, header, ignore=RUNTIME_SETTINGS) if out else None
-    records: list[dict[str, Any]] = list(store.records) if store else []
+    store = (
+        ResultsStore(out / PREDICTIONS_FILE, header, ignore=RUNTIME_SETTINGS, legacy=LEGACY_SETTINGS)
+        if out
+        else None
+    )
+    # a record resumed from a file older than ``extracted`` was scored under ``tag``: never extracted
+    records: list[dict[str, Any]] = [{"extracted": False} | r for r in store.records] if store else []
     resumed, done = len(records), store.done if store else set()
     pending = [q for qs in data.values() for q in qs if (q.dataset, q.id) not in done]
     total = sum(len(qs) for qs in data.values())
@@ -313,6 +329,7 @@ def _header(
             "max_obs_length": settings.max_obs_length if mode == "agent" else None,
         },
         "schedule": settings.schedule,
+        "answer_rule": settings.answer_rule,
         "batch_size": settings.batch_size,
         "datasets": {s.name: s.describe() | {"questions": len(data[s.name])} for s in specs},
     }
@@ -376,6 +393,7 @@ def _score_in_chunks(
                 question_id=q.id,
                 question=q.question,
                 documents=d,
+                answer_rule=settings.answer_rule,
             )
             for q, t, d in zip(chunk, trajectories, docs, strict=True)
         ]

@@ -1,11 +1,21 @@
-"""Scoring one rolled-out trajectory into an evaluation record: the one scoring rule of evaluation.
+"""Scoring one rolled-out trajectory into an evaluation record: the scoring rule of evaluation.
 
 The trainer's validation, the quickstart and the evaluation CLI all turn trajectories into
 records here, so their numbers agree. The rule, stated once:
 
-* **EM / F1 / cover-EM** score the answer the rollout accepted (``Trajectory.answer``: the
-  body of the ``<answer>…</answer>`` one model turn wrote to end the trajectory), exactly
-  as the training reward does; no accepted answer scores 0.
+* **prediction**: what the answer-extraction rule of the evaluation (``answer_rule``, see
+  ``agentrl.eval.extraction`` for both rules, stated exactly) reads from the trajectory:
+
+  - ``tag`` (default, and what the training reward scores): the answer the rollout
+    accepted (``Trajectory.answer``: the body of the ``<answer>…</answer>`` one model turn
+    wrote to end the trajectory); none without one.
+  - ``tag-or-first-line`` (the fair baseline protocol): that accepted answer when there is
+    one, else a short answer read from the last model turn (an unclosed ``<answer>``'s
+    text, or the first line of prose outside ``<think>``/``<search>``, up to its first
+    sentence end, at most 20 words); ``extracted`` marks such predictions.
+
+* **EM / F1 / cover-EM** score the prediction; no prediction scores 0. ``answered`` stays
+  strict under both rules: the rollout accepted an ``<answer>`` tag.
 * The structure and retrieval metrics read the response rendered by
   ``agentrl.agent.collate.render_response`` (the whole response, special tokens such as eos
   left out), the text the reward reads.
@@ -21,14 +31,32 @@ from typing import Any
 
 from agentrl.agent.collate import render_response
 from agentrl.agent.trajectory import Segment, Trajectory
+from agentrl.eval.extraction import predict
 from agentrl.rewards import answer_metrics, cover_exact_match, gold_in_documents
 
-__all__ = ["records_of", "trajectory_record"]
+__all__ = ["last_turn_text", "records_of", "trajectory_record"]
 
 
 def _model_text(tokenizer: Any, traj: Trajectory) -> str:
     """What the model itself wrote (observation segments left out), without special tokens."""
     ids = [t for t, seg in zip(traj.response_ids, traj.segments, strict=True) if seg == Segment.MODEL]
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def last_turn_text(tokenizer: Any, traj: Trajectory) -> str:
+    """What the model wrote in its last turn: the response tokens after the last observation
+    (all of them model tokens), without special tokens; "" when the response ends with an
+    observation (the last turn wrote nothing)."""
+    start = 0
+    for k in range(len(traj.segments) - 1, -1, -1):
+        if traj.segments[k] == Segment.OBSERVATION:
+            start = k + 1
+            break
+    ids = [
+        t
+        for t, seg in zip(traj.response_ids[start:], traj.segments[start:], strict=True)
+        if seg == Segment.MODEL
+    ]
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
@@ -41,11 +69,15 @@ def trajectory_record(
     question_id: str,
     question: str = "",
     documents: Sequence[Mapping[str, Any]] | None = None,
+    answer_rule: str = "tag",
 ) -> dict[str, Any]:
-    """The record of one question: prediction, match metrics, behaviour and the response."""
+    """The record of one question: prediction (under ``answer_rule``), match metrics,
+    behaviour and the response."""
     text = render_response(tokenizer, traj.response_ids)
     golds = list(golds)
-    metrics = answer_metrics(text, traj.answer, golds)
+    turn = last_turn_text(tokenizer, traj) if traj.answer is None and answer_rule != "tag" else ""
+    prediction, extracted = predict(traj.answer, turn, answer_rule)
+    metrics = answer_metrics(text, prediction, golds)
     if documents is not None:
         hit: float | None = float(gold_in_documents([d["contents"] for d in documents], golds))
     elif traj.tool_outputs:
@@ -58,11 +90,14 @@ def trajectory_record(
         "id": question_id,
         "question": question,
         "golden_answers": golds,
-        "prediction": traj.answer,
+        "prediction": prediction,
         "em": metrics["em"],
         "f1": metrics["f1"],
         "cover_em": metrics["cover_em"],
+        # strict under every rule: the rollout accepted an <answer> tag
         "answered": traj.answer is not None,
+        # the prediction came from the fallback of ``tag-or-first-line``, not from a tag
+        "extracted": extracted,
         # Lenient diagnostic, not a Search-R1 metric: a gold answer anywhere in what the model
         # wrote, tags or not. Shows what a model that ignores the answer format knows.
         "text_cover_em": cover_exact_match(_model_text(tokenizer, traj), golds),
@@ -81,7 +116,9 @@ def trajectory_record(
     }
 
 
-def records_of(trajectories: Sequence[Trajectory], tokenizer: Any) -> list[dict[str, Any]]:
+def records_of(
+    trajectories: Sequence[Trajectory], tokenizer: Any, answer_rule: str = "tag"
+) -> list[dict[str, Any]]:
     """Records of trajectories rolled out from training rows (golds in ``ground_truth``),
     grouped by their ``data_source``: the trainer's validation."""
     from agentrl.rewards.scorers import golds_from_ground_truth
@@ -94,6 +131,7 @@ def records_of(trajectories: Sequence[Trajectory], tokenizer: Any) -> list[dict[
             dataset=t.prompt.data_source,
             question_id=str(t.prompt.index),
             question=str(t.prompt.extra_info.get("question", "")),
+            answer_rule=answer_rule,
         )
         for t in trajectories
     ]

@@ -7,7 +7,13 @@ how many tokens it wrote, and how often a golden answer was among the retrieved 
 (``retrieval_hit``: the ceiling a reader could reach with these documents), and whether
 a golden answer appears anywhere in the model's own text, tags or not (``text_cover_em``:
 a lenient diagnostic for models too small to follow the answer format, never a
-replacement for EM).
+replacement for EM). Under the ``tag-or-first-line`` answer rule (``agentrl.eval.extraction``)
+``extracted`` is the share of predictions read from prose rather than from an ``<answer>``
+tag; ``answer_rate`` always counts accepted tags only.
+
+EM and F1 come with 95% percentile-bootstrap intervals over the questions (``em_lo``,
+``em_hi``, ``f1_lo``, ``f1_hi``; ``agentrl.eval.stats.bootstrap_ci``), shown in the
+markdown table as ``0.312 [0.271, 0.353]``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["METRICS", "aggregate", "flat_metrics", "markdown_table", "settings_lines"]
+from agentrl.eval.stats import bootstrap_ci
+
+__all__ = [
+    "CI_LEVEL",
+    "CI_METRICS",
+    "METRICS",
+    "aggregate",
+    "flat_metrics",
+    "markdown_table",
+    "settings_lines",
+]
 
 # record field -> (summary name, column header, decimals)
 METRICS: dict[str, tuple[str, str, int]] = {
@@ -23,6 +39,7 @@ METRICS: dict[str, tuple[str, str, int]] = {
     "f1": ("f1", "F1", 3),
     "cover_em": ("cover_em", "cover-EM", 3),
     "answered": ("answer_rate", "answered", 3),
+    "extracted": ("extracted", "extracted", 3),
     "retrieval_hit": ("retrieval_hit", "gold in docs", 3),
     "text_cover_em": ("text_cover_em", "gold in text", 3),
     "num_searches": ("searches", "searches", 2),
@@ -30,10 +47,17 @@ METRICS: dict[str, tuple[str, str, int]] = {
     "response_tokens": ("response_tokens", "resp. tokens", 1),
     "truncated": ("truncated", "truncated", 3),
 }
+# summary metrics that get a bootstrap interval ``<name>_lo`` / ``<name>_hi`` at CI_LEVEL
+CI_METRICS = ("em", "f1")
+CI_LEVEL = 0.95
 
 
-def aggregate(records: Iterable[Mapping[str, Any]], key: str = "dataset") -> dict[str, dict[str, float]]:
-    """Mean of every metric per value of ``key`` (``dataset``, ``data_source``, ...), with ``n``."""
+def aggregate(
+    records: Iterable[Mapping[str, Any]], key: str = "dataset", ci: bool = True
+) -> dict[str, dict[str, float]]:
+    """Mean of every metric per value of ``key`` (``dataset``, ``data_source``, ...), with ``n``;
+    with ``ci``, the :data:`CI_LEVEL` bootstrap interval of each of :data:`CI_METRICS` too
+    (seeded: the same records give the same interval)."""
     by_dataset: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
         by_dataset.setdefault(str(r[key]), []).append(r)
@@ -44,6 +68,8 @@ def aggregate(records: Iterable[Mapping[str, Any]], key: str = "dataset") -> dic
             values = [float(r[field]) for r in rows if r.get(field) is not None]
             if values:
                 summary[key] = sum(values) / len(values)
+                if ci and key in CI_METRICS:
+                    _, summary[f"{key}_lo"], summary[f"{key}_hi"] = bootstrap_ci(values, level=CI_LEVEL)
         out[name] = summary
     return out
 
@@ -52,9 +78,10 @@ def flat_metrics(
     records: Sequence[Mapping[str, Any]], prefix: str, key: str = "data_source"
 ) -> dict[str, float]:
     """``{prefix}/all/<metric>`` over every record and ``{prefix}/<group>/<metric>`` per ``key``
-    value: the logger's view of an evaluation (the trainer's ``val/*``)."""
-    groups = {"all": aggregate([{**r, "_all": "all"} for r in records], key="_all")["all"]}
-    groups |= aggregate(records, key=key)
+    value: the logger's view of an evaluation (the trainer's ``val/*``; means only, no
+    bootstrap intervals, so validation costs what it did)."""
+    groups = {"all": aggregate([{**r, "_all": "all"} for r in records], key="_all", ci=False)["all"]}
+    groups |= aggregate(records, key=key, ci=False)
     return {
         f"{prefix}/{group}/{name}": value
         for group, summary in groups.items()
@@ -66,19 +93,35 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], label_columns: Sequence[st
     """A markdown table: ``label_columns`` (e.g. dataset, mode, retriever), ``n``, then metrics.
 
     Each row maps the label columns and the summary keys of :data:`METRICS`; a metric a
-    row does not have (``gold in docs`` for direct answers) shows as ``–``.
+    row does not have (``gold in docs`` for direct answers) shows as ``–``. A metric of
+    :data:`CI_METRICS` whose row has ``<key>_lo`` and ``<key>_hi`` shows its interval,
+    ``0.312 [0.271, 0.353]``, and its header says so (``EM [95% CI]``).
     """
     metric_keys = [
         (key, header, digits) for key, header, digits in METRICS.values() if any(key in r for r in rows)
     ]
-    header = [*label_columns, "n", *(h for _, h, _ in metric_keys)]
+
+    def has_ci(r: Mapping[str, Any], key: str) -> bool:
+        return key in CI_METRICS and f"{key}_lo" in r and f"{key}_hi" in r
+
+    def cell(r: Mapping[str, Any], key: str, digits: int) -> str:
+        if key not in r:
+            return "–"
+        text = f"{r[key]:.{digits}f}"
+        if has_ci(r, key):
+            text += f" [{r[f'{key}_lo']:.{digits}f}, {r[f'{key}_hi']:.{digits}f}]"
+        return text
+
+    ci_label = f" [{round(CI_LEVEL * 100)}% CI]"
+    headers = [h + (ci_label if any(has_ci(r, key) for r in rows) else "") for key, h, _ in metric_keys]
+    header = [*label_columns, "n", *headers]
     lines = [
         "| " + " | ".join(header) + " |",
         "|" + "|".join(["---"] * len(label_columns) + ["---:"] * (len(header) - len(label_columns))) + "|",
     ]
     for r in rows:
         cells = [str(r.get(c, "")) for c in label_columns] + [str(int(r.get("n", 0)))]
-        cells += [f"{r[key]:.{digits}f}" if key in r else "–" for key, _, digits in metric_keys]
+        cells += [cell(r, key, digits) for key, _, digits in metric_keys]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -40,22 +40,30 @@ class ResultsStore:
     """Append-only per-question records under a settings header (see the module docstring).
 
     ``ignore``: settings that may change between runs without invalidating the records
-    (where the retriever listens, the batch size).
+    (where the retriever listens, the batch size). ``legacy``: settings added after a file
+    may have been written, with the value such a file was made under (filled into its
+    header before the comparison, so an old file resumes only under that value).
     """
 
-    def __init__(self, path: str | Path, settings: Mapping[str, Any], ignore: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        settings: Mapping[str, Any],
+        ignore: Iterable[str] = (),
+        legacy: Mapping[str, Any] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.settings = dict(settings)
         self.records: list[dict[str, Any]] = []
         if self.path.exists() and self.path.stat().st_size > 0:
-            self._load(ignore)
+            self._load(ignore, dict(legacy or {}))
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             header = {"format": FORMAT, "settings": self.settings}
             self.path.write_text(json.dumps(header, ensure_ascii=False) + "\n", encoding="utf-8")
         self.done = {(r["dataset"], r["id"]) for r in self.records}
 
-    def _load(self, ignore: Iterable[str]) -> None:
+    def _load(self, ignore: Iterable[str], legacy: Mapping[str, Any]) -> None:
         raw = self.path.read_bytes()
         lines = raw.split(b"\n")
         complete = len(raw) if raw.endswith(b"\n") else len(raw) - len(lines[-1])
@@ -75,7 +83,7 @@ class ResultsStore:
             raise ValueError(
                 f"{self.path}:1: not an agentrl evaluation results file (expected format {FORMAT!r})"
             )
-        diff = settings_diff(header.get("settings") or {}, self.settings, ignore)
+        diff = settings_diff(dict(legacy) | (header.get("settings") or {}), self.settings, ignore)
         if diff:
             raise SettingsMismatch(
                 f"{self.path} was written with different settings, so its results cannot be resumed:\n  "

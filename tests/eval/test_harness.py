@@ -30,6 +30,7 @@ RECORD_FIELDS = {
     "f1",
     "cover_em",
     "answered",
+    "extracted",
     "retrieval_hit",
     "num_searches",
     "tool_calls",
@@ -75,14 +76,14 @@ def test_each_mode_writes_schema_and_metrics_in_range(
     assert header["format"] == "agentrl.eval/predictions-v1"
     s = header["settings"]
     assert s["mode"] == mode and s["model"] == str(tiny_model_dir) and s["decoding"]["greedy"] is True
-    assert s["datasets"]["toy"]["questions"] == len(QUESTIONS)
+    assert s["datasets"]["toy"]["questions"] == len(QUESTIONS) and s["answer_rule"] == "tag"
     assert sorted(r["id"] for r in records) == sorted(q[0] for q in QUESTIONS)
     for r in records:
         assert set(r) == RECORD_FIELDS
         for key in ("em", "f1", "cover_em"):
             assert 0.0 <= r[key] <= 1.0
         assert r["em"] <= r["cover_em"] <= r["text_cover_em"] and r["em"] <= r["f1"]
-        assert r["answered"] == (r["prediction"] is not None)
+        assert r["answered"] == (r["prediction"] is not None) and r["extracted"] is False
         assert 1 <= r["response_tokens"] <= SETTINGS.max_tokens_per_turn * (SETTINGS.max_turns + 1)
     metrics = json.loads((out / "metrics.json").read_text())
     toy_m = metrics["metrics"]["toy"]
@@ -301,13 +302,19 @@ def test_checkpoint_dir_and_cli(tiny_model_dir, questions_file, retriever_url, t
         "8",
         "--batch-size",
         "4",
+        "--answer-rule",
+        "tag-or-first-line",
         "--no-progress",
     ]
     assert cli_main(argv) == 0
     summary = (out / "summary.md").read_text()
     assert "| toy | direct | – | 4 |" in summary and "| toy | rag | bm25 | 4 |" in summary
+    assert "answer rule: `tag-or-first-line`" in summary
     header, records = read_predictions(out / "rag")
     assert header["settings"]["model"] == str(step / "actor") and len(records) == 4
+    assert header["settings"]["answer_rule"] == "tag-or-first-line"
+    with pytest.raises(SystemExit):
+        cli_main([*argv[:-3], "--answer-rule", "lenient", "--no-progress"])
     assert header["settings"]["datasets"]["toy"]["require"] == ["in_corpus"]
 
 
@@ -323,3 +330,76 @@ def test_real_hotpotqa_sample_is_seeded_and_filtered(shared_data):
         for x in (shared_data / "hotpotqa" / "dev.jsonl").read_text().splitlines()
     }
     assert all(raw[q.id]["all_supporting_in_corpus"] for q in qs)
+
+
+GOLD = {q: g[0] for q, _, g in QUESTIONS}
+
+
+def prose_policy(context: str) -> str:
+    """A small instruct model: answers in prose, never writes the <answer> tag (wrong on q6)."""
+    question = re.search(r"Question: (.*?)\?", context).group(1)
+    qid = next(q for q, text, _ in QUESTIONS if text == question)
+    answer = "Paris" if qid == "q6" else GOLD[qid]
+    return f"<think> I know this one. </think>\n{answer}. I am quite sure about that."
+
+
+def test_fair_baseline_rule_scores_prose_answers_and_is_recorded(tokenizer, questions_file, tmp_path):
+    spec = [toy(questions_file)]
+    settings = EvalSettings(max_tokens_per_turn=64, max_response_length=128, batch_size=4)
+    fair_settings = EvalSettings(
+        max_tokens_per_turn=64, max_response_length=128, batch_size=4, answer_rule="tag-or-first-line"
+    )
+
+    def run(settings: EvalSettings, out: Path):
+        engine = ScriptedEngine(tokenizer, prose_policy)
+        return evaluate(
+            engine,
+            tokenizer,
+            spec,
+            "direct",
+            settings=settings,
+            out_dir=out,
+            model_name="prose",
+            progress=False,
+        )
+
+    strict = run(settings, tmp_path / "tag")
+    fair = run(fair_settings, tmp_path / "fair")
+    assert all(r["prediction"] is None and r["em"] == 0.0 for r in strict.records)
+    by_id = {r["id"]: r for r in fair.records}
+    assert by_id["q2"]["prediction"] == "Jane Austen." and by_id["q2"]["em"] == 1.0
+    assert by_id["q6"]["prediction"] == "Paris." and by_id["q6"]["em"] == 0.0
+    assert all(r["extracted"] and not r["answered"] for r in fair.records)
+    m = fair.metrics["toy"]
+    assert m["em"] == pytest.approx(5 / 6) and m["extracted"] == 1.0 and m["answer_rate"] == 0.0
+    assert m["em_lo"] < m["em"] <= m["em_hi"] and strict.metrics["toy"]["extracted"] == 0.0
+    # the rollouts are the same; only what the records score differs
+    assert [r["response"] for r in fair.records] == [r["response"] for r in strict.records]
+    header, _ = read_predictions(tmp_path / "fair")
+    assert header["settings"]["answer_rule"] == "tag-or-first-line"
+    assert "`answer_rule`: tag-or-first-line" in (tmp_path / "fair" / "metrics.md").read_text()
+
+    # records scored under one rule never continue under another
+    with pytest.raises(SettingsMismatch, match="answer_rule: 'tag-or-first-line' -> 'tag'"):
+        run(settings, tmp_path / "fair")
+    with pytest.raises(SettingsMismatch, match="answer_rule: 'tag' -> 'tag-or-first-line'"):
+        run(fair_settings, tmp_path / "tag")
+
+    # a results file from before the rule existed was scored by tags: it resumes under tag only
+    path = tmp_path / "tag" / "predictions.jsonl"
+    head, *rest = path.read_text().splitlines(keepends=True)
+    legacy = json.loads(head)
+    del legacy["settings"]["answer_rule"]
+    old_records = [{k: v for k, v in json.loads(x).items() if k != "extracted"} for x in rest]
+    path.write_text("".join(json.dumps(x) + "\n" for x in [legacy, *old_records]))
+    with pytest.raises(SettingsMismatch, match="answer_rule: 'tag' -> 'tag-or-first-line'"):
+        run(fair_settings, tmp_path / "tag")
+    resumed = run(settings, tmp_path / "tag")
+    assert resumed.resumed == len(QUESTIONS) and resumed.metrics == strict.metrics
+
+
+def test_an_unknown_answer_rule_is_refused_by_the_settings():
+    with pytest.raises(
+        ValueError, match=r"EvalSettings.answer_rule must be one of \('tag', 'tag-or-first-line'\)"
+    ):
+        EvalSettings(answer_rule="first-line")
