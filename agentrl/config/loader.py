@@ -236,6 +236,24 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(f"algorithm.gamma and algorithm.lam must be in [0, 1], got {algo.gamma}, {algo.lam}")
     if not rollout.val_greedy and rollout.temperature <= 0:
         problems.append(f"config key 'actor.rollout.temperature' must be > 0, got {rollout.temperature}")
+    _check_lora(cfg, problems)
+
+
+def _check_lora(cfg: ExperimentConfig, problems: list[str]) -> None:
+    lora = cfg.actor.lora
+    if lora.rank < 0:
+        problems.append(f"config key 'actor.lora.rank' must be >= 0 (0: full fine-tuning), got {lora.rank}")
+    if lora.rank == 0:
+        return
+    if lora.alpha <= 0:
+        problems.append(f"config key 'actor.lora.alpha' must be > 0, got {lora.alpha}")
+    if not 0 <= lora.dropout < 1:
+        problems.append(f"config key 'actor.lora.dropout' must be in [0, 1), got {lora.dropout}")
+    if not lora.target_modules:
+        problems.append("config key 'actor.lora.target_modules' must name at least one module (e.g. q_proj)")
+    if cfg.resources.strategy != "dp":
+        # Adapters under FSDP2 need their own sharding plan and merged-weight gather: not built yet.
+        problems.append(f"actor.lora.rank > 0 needs resources.strategy=dp (got '{cfg.resources.strategy}')")
 
 
 def _check_layout(cfg: ExperimentConfig, problems: list[str]) -> None:

@@ -94,6 +94,18 @@ class RolloutConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters for the actor (through peft); rank 0 is full fine-tuning."""
+
+    rank: int = 0  # > 0: train adapters of this rank, base weights frozen; reference = adapters off
+    alpha: float = 16.0  # ΔW = (alpha / rank) · B A
+    dropout: float = 0.0
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+
+
+@dataclass
 class ActorConfig:
     model_path: str = ""
     # The dtype forward and backward compute in; weights and optimiser state always stay fp32
@@ -112,6 +124,7 @@ class ActorConfig:
     kl_loss_type: str = "low_var_kl"
     loss_agg_mode: str = "token-mean"
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass

@@ -57,7 +57,9 @@ def _output_head(model: torch.nn.Module) -> torch.nn.Linear | None:
     head = model.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear) or model.get_decoder() is model:
         return None
-    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+    # A peft wrapper passes keyword arguments through to the model it adapts.
+    forward = model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward
+    if "logits_to_keep" not in inspect.signature(forward).parameters:
         return None
     return None if _HEAD_VERIFIED.get(model) is False else head
 

@@ -103,6 +103,8 @@ class PPOTrainer:
         self.estimator = get_advantage_estimator(algo.adv_estimator)
         self.use_critic = self.estimator.needs_critic
         self.use_reference = algo.use_kl_in_reward or actor.use_kl_loss
+        # A LoRA actor scores the reference itself (adapters off): no reference worker starts.
+        self.reference_in_actor = self.use_reference and actor.lora.rank > 0
         self.kl_ctrl = build_kl_controller(
             algo.kl_ctrl.type, algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon
         )
@@ -208,7 +210,11 @@ class PPOTrainer:
                 batch["values"] = self.roles.critic.run_sharded("compute_values", batch)
         if self.use_reference:
             with timer("ref"):
-                batch["ref_log_probs"] = self.roles.reference.run_sharded("compute_log_prob", batch)
+                batch["ref_log_probs"] = (
+                    self.roles.actor.run_sharded("compute_ref_log_prob", batch)
+                    if self.reference_in_actor
+                    else self.roles.reference.run_sharded("compute_log_prob", batch)
+                )
         with timer("reward"):
             batch["scores"], reward_metrics = self.roles.reward.run_rank0("compute_scores", batch)
         batch["token_level_scores"] = place_score_on_last_token(batch["scores"], batch["response_mask"])
@@ -379,7 +385,9 @@ class PPOTrainer:
     # --- workers, checkpoints --------------------------------------------------------
 
     def init_workers(self) -> None:
-        self.roles = start_roles(self.config, self.context, self.use_critic, self.use_reference)
+        self.roles = start_roles(
+            self.config, self.context, self.use_critic, self.use_reference and not self.reference_in_actor
+        )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
 

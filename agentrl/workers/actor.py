@@ -24,6 +24,7 @@ from agentrl.engines.base import SamplingParams
 from agentrl.models.attention import use_varlen_attention
 from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
 from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer, plain_model
+from agentrl.models.lora import add_lora, load_adapters, merged_tensors, save_adapters
 from agentrl.models.sharding import full_state_dict, stream_full_tensors
 from agentrl.seeding import derive_seed
 from agentrl.workers.base import ModelWorker, RunContext, TrainableWorker
@@ -57,13 +58,18 @@ class PolicyWorker(ModelWorker):
         self.model = load_causal_lm(self.model_path, dtype=weights_dtype, device=self.device)
         self.tokenizer = load_tokenizer(self.model_path)
         self.temperature = actor.rollout.temperature
+        self.lora = self.trainable and actor.lora.rank > 0
         if self.trainable and actor.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+            if self.lora:  # frozen embeddings: checkpointed blocks still need an input that takes grads
+                self.model.enable_input_require_grads()
         if not self.trainable:
             self.model.eval()
             self.model.requires_grad_(False)
         if actor.update.pack_sequences:
             use_varlen_attention(self.model)  # packed rows attend per sequence, without a dense mask
+        if self.lora:
+            self.model = add_lora(self.model, actor.lora)  # base frozen; the reference = adapters off
         self._lay_out(compute_dtype, actor.cpu_offload and self.trainable)
 
     def compute_log_prob(self, batch: Batch) -> torch.Tensor:
@@ -85,6 +91,14 @@ class PolicyWorker(ModelWorker):
                 max_tokens,
                 packed=update.pack_sequences,
             )
+
+    def compute_ref_log_prob(self, batch: Batch) -> torch.Tensor:
+        """log π_ref of every response token with the LoRA adapters disabled: the starting policy,
+        scored by the actor's own module (no reference worker runs when the actor trains adapters)."""
+        if not self.lora:
+            raise RuntimeError("compute_ref_log_prob needs actor.lora.rank > 0; use the reference worker")
+        with self.model.disable_adapter():
+            return self.compute_log_prob(batch)
 
     def weight_checksum(self) -> float:
         """Sum of all parameters: evidence that weights moved. Under fsdp it gathers the shards,
@@ -120,7 +134,10 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         # during the update (it must not see weights change under it). Then (and with vLLM) the
         # engine holds its own full copy, refreshed before the next rollout after each update.
         self.engine_owns_weights = (
-            actor.rollout.engine != "hf" or context.strategy == "fsdp" or context.overlap_rollout
+            actor.rollout.engine != "hf"
+            or context.strategy == "fsdp"
+            or context.overlap_rollout
+            or self.lora  # the engine serves plain merged weights, not the adapter wrapper
         )
         # An engine that runs during the update keeps its memory; otherwise it may sleep.
         self.engine_sleeps = actor.rollout.free_engine_memory and not context.overlap_rollout
@@ -211,7 +228,8 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         """Stream the current weights into an engine that holds its own copy, tensor by tensor
         (a collective under fsdp: every rank calls it, from ``generate_sequences``); its seconds."""
         start = time.perf_counter()
-        self.rollout.engine.update_weights(stream_full_tensors(self.model))
+        stream = merged_tensors(self.model) if self.lora else stream_full_tensors(self.model)
+        self.rollout.engine.update_weights(stream)
         self._engine_stale = False
         return time.perf_counter() - start
 
@@ -270,7 +288,13 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         """``actor/``: the fp32 policy as a plain HF directory (gathered under fsdp), which
         evaluation and serving read; plus the training state (sharded under fsdp)."""
         out = Path(directory) / "actor"
-        if self.context.strategy == "fsdp":
+        if self.lora:
+            if self.rank == 0:
+                plain = plain_model(self.model.config, dict(merged_tensors(self.model)))
+                plain.generation_config = self.model.generation_config
+                plain.save_pretrained(out)
+                save_adapters(self.model, out)
+        elif self.context.strategy == "fsdp":
             state = full_state_dict(self.model)  # a collective; rank 0 receives the tensors
             if self.rank == 0:
                 plain = plain_model(self.model.config, state)
@@ -283,7 +307,9 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         self.save_training_state(directory, "actor")
 
     def load_checkpoint(self, directory: str) -> None:
-        if self.context.strategy != "fsdp":  # under fsdp the weights come back with the shards
+        if self.lora:  # the base never trains: only the adapters come back
+            load_adapters(self.model, Path(directory) / "actor")
+        elif self.context.strategy != "fsdp":  # under fsdp the weights come back with the shards
             state = load_causal_lm(Path(directory) / "actor", dtype=torch.float32).state_dict()
             with torch.no_grad():
                 self.model.load_state_dict(state)
