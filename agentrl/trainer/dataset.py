@@ -56,26 +56,30 @@ class PromptDataset:
     filtered_overlong: int
 
 
+def prompt_spec(row: dict[str, Any], tokenizer: Any, source_file: str = "", index: int = 0) -> PromptSpec:
+    """One training row as the rollout takes it: its chat messages tokenized (through the chat
+    template when the tokenizer has one); ``index`` when the row's ``extra_info`` has none."""
+    extra = dict(row.get("extra_info") or {})
+    return PromptSpec(
+        prompt_ids=encode_messages(tokenizer, list(row["prompt"])),
+        data_source=str(row["data_source"]),
+        ground_truth=row["reward_model"]["ground_truth"],
+        index=extra.get("index", index),
+        extra_info=extra | {"source_file": source_file},
+    )
+
+
 def build_prompt_dataset(
     files: list[str], tokenizer: Any, max_prompt_length: int, desc: str = "prompts"
 ) -> PromptDataset:
     prompts, overlong = [], 0
     rows = [(path, row) for path in files for row in read_rows(path)]
     for path, row in tqdm(rows, desc=f"tokenizing {desc}", disable=len(rows) < 2000):
-        ids = encode_messages(tokenizer, list(row["prompt"]))
-        if len(ids) > max_prompt_length:
+        spec = prompt_spec(row, tokenizer, str(Path(path).name), len(prompts))
+        if len(spec.prompt_ids) > max_prompt_length:
             overlong += 1
             continue
-        extra = dict(row.get("extra_info") or {})
-        prompts.append(
-            PromptSpec(
-                prompt_ids=ids,
-                data_source=str(row["data_source"]),
-                ground_truth=row["reward_model"]["ground_truth"],
-                index=extra.get("index", len(prompts)),
-                extra_info=extra | {"source_file": str(Path(path).name)},
-            )
-        )
+        prompts.append(spec)
     if not prompts:
         raise ValueError(
             f"no usable prompts in {files} ({overlong} longer than max_prompt_length={max_prompt_length})"

@@ -30,7 +30,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from agentrl.core.batch import Batch
 from agentrl.engines.base import SamplingParams
 from agentrl.engines.scripted import ScriptedTurnEngine
 from agentrl.models.forward import policy_forward
-from agentrl.models.loading import load_causal_lm, load_tokenizer
+from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer
 from agentrl.models.optim import build_optimizer
 from agentrl.models.update import optimizer_step
 from agentrl.seeding import seed_everything
@@ -151,13 +151,15 @@ def record_scripted_trajectories(
     max_prompt_length: int,
     max_response_length: int,
     tools: Mapping[str, Tool] | Sequence[Tool] | None = None,
+    allow_observation_cut: bool = False,
 ) -> tuple[list[Trajectory], list[Trajectory]]:
     """Play ``turns[i]`` as the model's turns for ``prompts[i]`` through the real rollout.
 
     Returns ``(complete, incomplete)``: complete trajectories ended with an answer after
     using every scripted turn (nothing cut); the others (a turn over ``max_tokens_per_turn``,
     an over-long observation, a tool failure) are returned apart so callers can count them
-    and not train on a half trajectory.
+    and not train on a half trajectory. With ``allow_observation_cut`` an observation cut to
+    ``max_obs_length`` still counts as complete: real passages are long, and RL sees the same cut.
     """
     if len(prompts) != len(turns):
         raise ValueError(f"{len(prompts)} prompts but {len(turns)} turn scripts")
@@ -182,10 +184,13 @@ def record_scripted_trajectories(
     trajectories = manager.run(list(prompts), params).trajectories
     complete, incomplete = [], []
     for traj, script in zip(trajectories, turns, strict=True):
+        cut = traj.truncation
+        if allow_observation_cut:
+            cut = replace(cut, observations_cut=0, observation_tokens_cut=0)
         ok = (
             traj.finished
             and traj.num_turns == len(script)
-            and not traj.truncation.any
+            and not cut.any
             and traj.tool_failures == 0
             and traj.num_invalid_actions == 0
         )
@@ -206,6 +211,8 @@ class SFTConfig:
     batch_size: int = 16  # sequences per optimiser step
     micro_batch_size: int = 8  # sequences per forward/backward
     seed: int = 0
+    # The dtype forward and backward compute in (autocast); weights and optimiser state stay fp32.
+    compute_dtype: str = "float32"
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(
             lr=1e-3, warmup_ratio=0.05, lr_schedule="cosine", min_lr_ratio=0.1
@@ -220,6 +227,8 @@ class SFTConfig:
             raise ValueError(f"sft.max_steps must be >= 1 or None, got {self.max_steps}")
         if self.optim.lr <= 0:
             raise ValueError(f"sft.optim.lr must be > 0, got {self.optim.lr}")
+        if self.compute_dtype not in DTYPES:
+            raise ValueError(f"sft.compute_dtype must be one of {sorted(DTYPES)}, got {self.compute_dtype!r}")
 
     def total_steps(self, num_examples: int) -> int:
         per_epoch = math.ceil(num_examples / self.batch_size)
@@ -248,7 +257,9 @@ class SFTTrainer:
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, float]:
         """Summed NLL over the batch's MODEL tokens (not yet averaged), and that token count."""
-        log_probs, _ = policy_forward(self.model, batch)
+        dtype = DTYPES[self.config.compute_dtype]
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            log_probs, _ = policy_forward(self.model, batch)
         mask = batch["response_mask"]
         return -(log_probs * mask).sum(), float(mask.sum())
 

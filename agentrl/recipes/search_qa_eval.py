@@ -1,0 +1,205 @@
+"""The real-data recipe's evaluation: every model of the run on the held-out sets, one rule.
+
+Cells (each one ``agentrl.eval.evaluate`` call, resumable, under ``OUT/eval/<cell>/``):
+
+============  ==================  ===========  ==================================
+cell          model               mode         retriever
+============  ==================  ===========  ==================================
+direct        starting model      direct       –
+rag-bm25      starting model      rag          BM25 top-3
+rag-dense     starting model      rag          dense top-3 (MiniLM + faiss)
+sft           after SFT           agent        BM25 top-3
+rl_full       after SFT + GRPO    agent        BM25 top-3
+rl_lora       after SFT + GRPO    agent        BM25 top-3 (LoRA adapters, merged)
+============  ==================  ===========  ==================================
+
+Every cell scores its records with the answer rule ``tag-or-first-line``
+(``agentrl.eval.extraction``), greedy decoding, the same budgets. The RL gain is a paired
+bootstrap over the same questions (``agentrl.eval.stats.paired_bootstrap``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CELLS", "EVAL_SETTINGS", "evaluate_cells", "paired_gains", "results_rows"]
+
+CELLS: dict[str, tuple[str, str, str | None]] = {  # cell -> (phase whose model, mode, backend)
+    "direct": ("model", "direct", None),
+    "rag-bm25": ("model", "rag", "bm25"),
+    "rag-dense": ("model", "rag", "dense"),
+    "sft": ("sft", "agent", "bm25"),
+    "rl_full": ("rl_full", "agent", "bm25"),
+    "rl_lora": ("rl_lora", "agent", "bm25"),
+}
+DATASETS = ("nq", "hotpotqa", "triviaqa", "popqa")
+
+
+def eval_settings(**overrides: Any) -> Any:
+    """The evaluation settings of every cell (the RL rollout's budgets, greedy)."""
+    from agentrl.eval import EvalSettings
+
+    values = {
+        "topk": 3,
+        "max_turns": 2,
+        "max_tokens_per_turn": 64,
+        "max_obs_length": 512,
+        "max_prompt_length": 2048,
+        "max_response_length": 1280,
+        "batch_size": 125,
+        "answer_rule": "tag-or-first-line",
+    }
+    return EvalSettings(**(values | overrides))
+
+
+EVAL_SETTINGS = eval_settings
+
+
+def evaluate_cells(
+    out: Path,
+    models: Mapping[str, str],
+    index: str,
+    cells: Sequence[str],
+    *,
+    engine: str = "vllm",
+    settings_overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Path]:
+    """Run (or resume) ``cells`` whose model exists in ``models`` (phase -> model dir)."""
+    from agentrl.eval import DatasetSpec, evaluate
+    from retriever.process import RetrieverProcess
+
+    datasets = [
+        DatasetSpec(name, str(out / "data" / f"heldout_{name}.jsonl"))
+        for name in DATASETS
+        if (out / "data" / f"heldout_{name}.jsonl").is_file()
+    ]
+    settings = eval_settings(**(settings_overrides or {}))
+    servers: dict[str, Any] = {}
+    done: dict[str, Path] = {}
+    try:
+        for cell in cells:
+            phase, mode, backend = CELLS[cell]
+            if phase not in models:
+                print(f"[eval] {cell}: no model yet (phase {phase} not run)")
+                continue
+            url = None
+            if backend is not None:
+                if backend not in servers:
+                    servers[backend] = RetrieverProcess(
+                        index, extra_args=("--backend", backend), log_path=out / f"retriever-{backend}.log"
+                    ).start()
+                url = servers[backend].retrieve_url
+            print(f"[eval] {cell}: {mode} with {models[phase]}", flush=True)
+            evaluate(
+                models[phase],
+                None,
+                datasets,
+                mode,
+                url,
+                settings=settings,
+                out_dir=out / "eval" / cell,
+                engine=engine,
+                engine_kwargs={"max_batch_size": 128},
+                model_name=f"{cell}:{Path(models[phase]).name}",
+                corpus="wiki_mini" if backend else None,
+            )
+            done[cell] = out / "eval" / cell
+    finally:
+        for server in servers.values():
+            server.stop()
+    return done
+
+
+def _records(cell_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    from agentrl.eval.store import PREDICTIONS_FILE
+
+    out = {}
+    with (cell_dir / PREDICTIONS_FILE).open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                if "em" in r:
+                    out[(r["dataset"], str(r["id"]))] = r
+    return out
+
+
+def results_rows(out: Path) -> list[dict[str, Any]]:
+    """One row per (dataset, cell) from the cells' ``metrics.json``."""
+    rows = []
+    for cell in CELLS:
+        path = out / "eval" / cell / "metrics.json"
+        if path.is_file():
+            summary = json.loads(path.read_text())
+            for name, m in summary["metrics"].items():
+                rows.append({"dataset": name, "system": cell, **m})
+    rows.sort(key=lambda r: DATASETS.index(r["dataset"]) if r["dataset"] in DATASETS else 99)
+    return rows
+
+
+def paired_gains(out: Path, a: str, b: str, metric: str = "em") -> dict[str, tuple[float, float, float, int]]:
+    """Per dataset: ``metric`` of cell ``a`` minus cell ``b`` on the questions both scored, as
+    (mean difference, 95% low, 95% high, n) from a paired bootstrap."""
+    from agentrl.eval.stats import paired_bootstrap
+
+    ra, rb = _records(out / "eval" / a), _records(out / "eval" / b)
+    gains = {}
+    for name in DATASETS:
+        keys = sorted(k for k in ra if k[0] == name and k in rb)
+        if keys:
+            diff, lo, hi = paired_bootstrap([ra[k][metric] for k in keys], [rb[k][metric] for k in keys])
+            gains[name] = (diff, lo, hi, len(keys))
+    return gains
+
+
+BEGIN, END = "<!-- trained:begin -->", "<!-- trained:end -->"
+
+
+def _rl_timing(out: Path, name: str) -> dict[str, float] | None:
+    path = out / name / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    times = [m["timing_s/step"] for m in steps if "timing_s/step" in m]
+    if not times:
+        return None
+    return {"steps": len(times), "s_per_step": sum(times) / len(times)}
+
+
+def render_results(out: Path) -> str:
+    """The markdown block of the trained-model results: the table, the RL gains, LoRA vs full."""
+    from agentrl.eval.report import markdown_table
+
+    rows = results_rows(out)
+    lines = [BEGIN, "", markdown_table(rows, ["dataset", "system"]) if rows else "(no cell evaluated yet)\n"]
+    for a, b in (("rl_full", "sft"), ("rl_lora", "sft"), ("rl_full", "rag-bm25"), ("sft", "rag-bm25")):
+        if (out / "eval" / a).is_dir() and (out / "eval" / b).is_dir():
+            gains = paired_gains(out, a, b)
+            cells = ", ".join(
+                f"{name} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for name, (d, lo, hi, _) in gains.items()
+            )
+            lines.append(f"- EM of `{a}` − `{b}` (paired bootstrap, 95%): {cells}")
+    timing = {name: _rl_timing(out, name) for name in ("rl_full", "rl_lora")}
+    if any(timing.values()):
+        lines += ["", "| RL | steps | s / step | NQ EM | HotpotQA EM |", "|---|---:|---:|---:|---:|"]
+        by_cell = {(r["system"], r["dataset"]): r for r in rows}
+        for name, t in timing.items():
+            if t:
+                em = [by_cell.get((name, d), {}).get("em") for d in ("nq", "hotpotqa")]
+                ems = " | ".join("–" if e is None else f"{e:.3f}" for e in em)
+                lines.append(f"| {name} | {t['steps']} | {t['s_per_step']:.0f} | {ems} |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write_results(out: Path, doc: Path) -> str:
+    """Put :func:`render_results` between the doc's trained markers (added at the end if absent)."""
+    block = render_results(out)
+    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Results\n"
+    if BEGIN not in text:
+        text = text.rstrip("\n") + f"\n\n{BEGIN}\n{END}\n"
+    head, rest = text.split(BEGIN, 1)
+    doc.write_text(head + block + rest.split(END, 1)[1], encoding="utf-8")
+    return block

@@ -1,0 +1,85 @@
+"""The real-data recipe end to end at test size (``--profile tiny``): the same code path as the
+``docs/results.md`` run (split, demonstrations through the real retriever, SFT, GRPO full and
+LoRA on Ray, held-out evaluation of every model), on a nano model, then a resumed rerun."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentrl.recipes.search_qa import TINY, run_phases
+from agentrl.recipes.search_qa_eval import paired_gains, results_rows
+from agentrl.recipes.split import check_disjoint
+
+pytestmark = pytest.mark.slow  # Ray, two short RL runs, five evaluation cells: ~4 min
+
+
+def records(path):
+    with path.open(encoding="utf-8") as f:  # not splitlines(): passages hold U+2028 inside strings
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def run(shared_data, tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("search_qa")
+    done = run_phases(shared_data, out, TINY, model=str(tiny_model_dir))
+    return out, done
+
+
+def test_the_held_out_questions_are_disjoint_from_everything_trained_on(run):
+    out, done = run
+    data = out / "data"
+    held = [
+        r for name in ("nq", "hotpotqa", "triviaqa", "popqa") for r in records(data / f"heldout_{name}.jsonl")
+    ]
+    assert len(held) == 4 * TINY.heldout_limit
+    check_disjoint(records(data / "train.jsonl") + records(data / "val.jsonl"), held)
+    demos = records(out / "sft" / "demos.jsonl")
+    held_ids = {r["id"] for r in held}
+    trained_ids = {d["extra_info"]["id"] for d in demos}
+    assert trained_ids and not trained_ids & held_ids
+
+
+def test_demonstrations_search_once_or_twice_and_answer_from_the_documents(run):
+    out, done = run
+    assert done["demos"]["one_hop"] > 0 and done["demos"]["two_hop"] > 0
+    for demo in records(out / "sft" / "demos.jsonl"):
+        assert demo["reward"] == 1.0 and demo["finished"]
+        assert demo["tool_calls"]["search"] in (1, 2)
+        assert demo["num_turns"] == demo["tool_calls"]["search"] + 1
+
+
+def test_sft_then_full_and_lora_rl_each_leave_a_model(run):
+    out, done = run
+    assert done["sft"]["examples"] > 0 and all(loss == loss for loss in done["sft"]["loss"])
+    for name in ("rl_full", "rl_lora"):
+        metrics = records(out / name / "metrics.jsonl")
+        assert len([m for m in metrics if "timing_s/step" in m]) == 2, name
+        assert (out / name).is_dir()
+    assert "lora" not in json.dumps(done["rl_full"])
+    lora_actor = out / done["rl_lora"]["model"]
+    assert (lora_actor / "adapter" / "adapter_model.safetensors").is_file()
+    assert (lora_actor / "model.safetensors").is_file(), "the merged policy, for evaluation"
+
+
+def test_every_cell_is_scored_on_the_held_out_questions_with_one_answer_rule(run):
+    out, done = run
+    rows = results_rows(out)
+    systems = {r["system"] for r in rows}
+    assert systems == {"direct", "rag-bm25", "sft", "rl_full", "rl_lora"}  # no dense index at test size
+    assert all(r["n"] == TINY.heldout_limit for r in rows)
+    for cell in systems:
+        settings = json.loads((out / "eval" / cell / "metrics.json").read_text())["settings"]
+        assert settings["answer_rule"] == "tag-or-first-line"
+    gains = paired_gains(out, "rl_full", "sft")
+    assert set(gains) == {"nq", "hotpotqa", "triviaqa", "popqa"}
+    assert all(lo <= diff <= hi and n == TINY.heldout_limit for diff, lo, hi, n in gains.values())
+
+
+def test_a_rerun_resumes_every_phase_without_redoing_it(run, shared_data, tiny_model_dir):
+    out, done = run
+    markers = {p.name: p.stat().st_mtime_ns for p in (out / "phases").iterdir()}
+    again = run_phases(shared_data, out, TINY, model=str(tiny_model_dir))
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "phases").iterdir()} == markers
+    assert again["rl_lora"] == done["rl_lora"]
