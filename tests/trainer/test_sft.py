@@ -7,6 +7,7 @@ real BM25 retriever server (``RetrieverProcess``) for the scripted demonstration
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,20 @@ def test_max_steps_and_epochs_bound_the_run(tiny_world):
         SFTConfig(batch_size=0)
 
 
+def test_bf16_compute_keeps_fp32_weights_and_tracks_the_fp32_loss(tiny_world):
+    _, model_dir, _ = tiny_world
+    ex = [SFTExample([1, 2, 5], [3, 4, 6, 7], [M, M, OBS, M])] * 4
+    losses = {}
+    for dtype in ("float32", "bfloat16"):
+        trainer = SFTTrainer(model_dir, SFTConfig(batch_size=4, micro_batch_size=2, compute_dtype=dtype))
+        losses[dtype] = trainer.fit(ex, progress=False)[0]["loss"]
+        assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    assert losses["bfloat16"] != losses["float32"], "bf16 autocast must actually run"
+    assert losses["bfloat16"] == pytest.approx(losses["float32"], rel=0.05)
+    with pytest.raises(ValueError, match="sft.compute_dtype"):
+        SFTConfig(compute_dtype="fp8")
+
+
 def test_examples_without_model_tokens_or_misaligned_are_rejected():
     with pytest.raises(ValueError, match="no MODEL tokens"):
         SFTExample([1], [2, 3], [OBS, OBS])
@@ -203,6 +218,22 @@ def test_scripted_oracle_turns_through_the_real_retriever(tiny_world, tmp_path):
             prompts, scripts, tokenizer, short, max_prompt_length=400, max_response_length=900, tools=[tool]
         )
         assert not complete and len(incomplete) == len(questions)
+
+        # An observation cut to max_obs_length is incomplete, unless the caller accepts that cut
+        # (real passages are long; RL sees the same cut); other cuts still are not.
+        tight = RolloutConfig(max_turns=2, max_tokens_per_turn=96, max_obs_length=40, schedule="lockstep")
+        kwargs = {"max_prompt_length": 400, "max_response_length": 900, "tools": [tool]}
+        complete, incomplete = record_scripted_trajectories(prompts, scripts, tokenizer, tight, **kwargs)
+        assert not complete and all(t.truncation.observations_cut for t in incomplete)
+        complete, incomplete = record_scripted_trajectories(
+            prompts, scripts, tokenizer, tight, allow_observation_cut=True, **kwargs
+        )
+        assert len(complete) == len(questions) and all(t.truncation.observations_cut for t in complete)
+        cut_turns = replace(tight, max_tokens_per_turn=8)
+        complete, _ = record_scripted_trajectories(
+            prompts, scripts, tokenizer, cut_turns, allow_observation_cut=True, **kwargs
+        )
+        assert not complete
     assert server.proc.returncode == 0, "SIGTERM must stop the server cleanly"
     with pytest.raises(ValueError, match="distinct"):
         record_scripted_trajectories(
