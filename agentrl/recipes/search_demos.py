@@ -28,6 +28,7 @@ from agentrl.rewards.match import gold_in_documents, normalize_answer
 
 __all__ = [
     "DemoPlan",
+    "answerable",
     "DemoReport",
     "plan_demonstrations",
     "record_search_demonstrations",
@@ -127,6 +128,14 @@ def plan_demonstrations(
     return plans
 
 
+def answerable(records: Sequence[Mapping[str, Any]], retrieve: Any, topk: int) -> list[Mapping[str, Any]]:
+    """The records whose question, used as the query, retrieves a golden answer in the top
+    ``topk`` (not yes/no): questions on which a searching policy can earn a reward, so an RL
+    group of them is rarely all zeros. Order is kept."""
+    found = retrieve([r["question"] for r in records])
+    return [r for r, docs in zip(records, found, strict=True) if _answer_in(docs[:topk], r["golden_answers"])]
+
+
 @dataclass(frozen=True)
 class DemoReport:
     """What :func:`record_search_demonstrations` wrote and why the rest was dropped."""
@@ -144,6 +153,23 @@ class DemoReport:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
 
+def retriever(url: str, topk: int, chunk: int = 256) -> Any:
+    """``retrieve(queries) -> list[list[doc]]`` over the HTTP retriever at ``url``, ``chunk``
+    queries a request (the server caps a request's size)."""
+    from agentrl.agent.tools.search_client import RetrieverClient
+
+    client = RetrieverClient(url)
+
+    def retrieve(queries: list[str]) -> list[list[dict]]:
+        return [
+            docs
+            for i in range(0, len(queries), chunk)
+            for docs in client.retrieve_sync(queries[i : i + chunk], topk)
+        ]
+
+    return retrieve
+
+
 def record_search_demonstrations(
     records: Sequence[Mapping[str, Any]],
     titles: Mapping[str, Sequence[str]],
@@ -158,21 +184,11 @@ def record_search_demonstrations(
     ``records``; ``config`` is the experiment config whose rollout and length budgets RL uses."""
     from agentrl.agent.dump import dump_trajectories
     from agentrl.agent.tools.search import SearchTool
-    from agentrl.agent.tools.search_client import RetrieverClient
     from agentrl.data.qa import to_training_rows
     from agentrl.trainer.dataset import prompt_spec
     from agentrl.trainer.sft import record_scripted_trajectories
 
-    client = RetrieverClient(retriever_url)
-
-    def retrieve(queries: list[str], chunk: int = 256) -> list[list[dict]]:  # the server caps a request
-        return [
-            docs
-            for i in range(0, len(queries), chunk)
-            for docs in client.retrieve_sync(queries[i : i + chunk], topk)
-        ]
-
-    plans = plan_demonstrations(records, retrieve, titles, topk)
+    plans = plan_demonstrations(records, retriever(retriever_url, topk), titles, topk)
     rows = to_training_rows([dict(p.record) for p in plans], "sft")
     for row, plan in zip(rows, plans, strict=True):  # the dump names each demonstration's question
         row["extra_info"]["id"] = str(plan.record["id"])

@@ -11,6 +11,7 @@ model      the starting model (SmolLM2-135M-Instruct imported from its pip-shipp
 index      the BM25 index of the corpus
 demos      SFT demonstrations through the real rollout and retriever (``recipes.search_demos``)
 sft        supervised warm start on the demonstrations (loss on model tokens only)
+rl_data    the RL questions whose BM25 search returns a golden answer (non-zero reward possible)
 rl_full    GRPO from the SFT model on Ray, full fine-tuning
 rl_lora    the same with LoRA adapters (``actor.lora.rank``)
 dense_idx  the dense index (``dense_index``: for the RAG-dense baseline only)
@@ -33,7 +34,7 @@ from typing import Any
 
 __all__ = ["FULL", "PHASES", "TINY", "RecipeProfile", "run_phases"]
 
-PHASES = ("split", "model", "index", "demos", "sft", "rl_full", "rl_lora", "dense_index", "eval")
+PHASES = ("split", "model", "index", "demos", "sft", "rl_data", "rl_full", "rl_lora", "dense_index", "eval")
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,18 @@ def phase_demos(
     }
 
 
+def phase_rl_data(rl_files: Mapping[str, Any], url: str, out: Path) -> dict[str, Any]:
+    """The RL questions a search can answer (``search_demos.answerable``, BM25 top 3): a GRPO
+    group of questions the corpus cannot answer is all zeros and teaches nothing."""
+    from agentrl.data.qa import load_qa_rows, write_rows
+    from agentrl.recipes.search_demos import answerable, retriever
+
+    rows = load_qa_rows(rl_files["rl_train"])
+    keep = answerable(rows, retriever(url, 3), 3)
+    path = write_rows(keep, out / "data" / "rl_train_answerable.parquet")
+    return {"rl_train": str(path), "rl_val": rl_files["rl_val"], "kept": len(keep), "of": len(rows)}
+
+
 def _search_counts(dump: Path) -> list[int]:
     with dump.open(encoding="utf-8") as f:
         return [int(json.loads(line)["tool_calls"].get("search", 0)) for line in f if line.strip()]
@@ -326,11 +339,17 @@ def run_phases(
             "supervised warm start",
             lambda: phase_sft(out / "sft" / "demos.jsonl", base, out, profile, seed),
         )
+        if done["demos"] is not None:
+            done["rl_data"] = phases.run(
+                "rl_data",
+                "RL questions a search can answer",
+                lambda: phase_rl_data(done["demos"], server.retrieve_url, out),
+            )
         for name in ("rl_full", "rl_lora"):
-            if done["sft"] is None or done["demos"] is None:
+            if done["sft"] is None or done.get("rl_data") is None:
                 break
             cfg = rl_config(
-                profile, out, name, Path(done["sft"]["model"]), done["demos"], server.retrieve_url
+                profile, out, name, Path(done["sft"]["model"]), done["rl_data"], server.retrieve_url
             )
             done[name] = phases.run(name, f"GRPO from the SFT model ({name})", lambda cfg=cfg: phase_rl(cfg))
     finally:

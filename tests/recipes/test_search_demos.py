@@ -91,3 +91,19 @@ def test_a_plan_answers_with_the_gold_string_found():
         script_turns(plan)[-1]
         == "<think> The documents give the answer. </think>\n<answer> Jane Roe </answer>"
     )
+
+
+def test_only_questions_whose_search_returns_a_gold_answer_are_answerable():
+    from agentrl.recipes.search_demos import answerable
+
+    kept = answerable(
+        [
+            record("a", "who founded acme", ["Jane Roe"]),
+            record("b", "what colour is the sky", ["green"]),
+            record("c", "is acme older than zeta", ["yes"]),
+            record("d", "what colour is the sky", ["blue"]),
+        ],
+        retrieve,
+        topk=3,
+    )
+    assert [r["id"] for r in kept] == ["a", "d"]
