@@ -21,10 +21,12 @@ applied alike to every row of a table (direct, rag and agent):
   3. the prediction is the first non-empty line, cut at its first sentence end (the first
      ``". "``, ``"! "`` or ``"? "``: the punctuation mark is kept, the rest of the line
      dropped; the whole line when it has none), capped at its first 20 words (split on
-     whitespace, joined by one space).
+     whitespace, joined by one space, after step 4);
+  4. a leading "The answer is", "The answer to this question is", "Final answer:" or "Answer:"
+     (any case, colon optional) is removed, then quotes around what is left.
 
   An empty result means no prediction. ``extracted`` is true exactly when the prediction
-  came from steps 1–3 rather than from an accepted tag.
+  came from steps 1–4 rather than from an accepted tag.
 
 The rule is deliberately simple and the same for every model and mode: it never looks at
 the golden answers, the question or the documents, so it cannot favour a system.
@@ -45,6 +47,10 @@ _CLOSE_ANSWER = "</answer>"
 _DROPPED_BLOCK = re.compile(r"<(think|search)>.*?(?:</\1>|\Z)", re.DOTALL)
 _ANY_TAG = re.compile(r"</?(?:think|search|information|answer)>")
 _SENTENCE_END = re.compile(r"[.!?] ")
+# "The answer is:", "The answer to this question is", "Answer:" (step 4; case-insensitive)
+_LEAD_IN = re.compile(
+    r"^(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+to\s+(?:this|the)\s+question)?(?:\s+is)?\s*:?\s+", re.I
+)
 
 
 def check_answer_rule(rule: str, name: str = "answer_rule") -> str:
@@ -55,7 +61,7 @@ def check_answer_rule(rule: str, name: str = "answer_rule") -> str:
 
 
 def first_line_answer(turn_text: str) -> str | None:
-    """Steps 1–3 of ``tag-or-first-line`` (module docstring) on the text of the last model turn.
+    """Steps 1–4 of ``tag-or-first-line`` (module docstring) on the text of the last model turn.
 
     None when nothing is left (an empty turn, a turn that only thought or searched).
     """
@@ -70,6 +76,7 @@ def first_line_answer(turn_text: str) -> str | None:
     end = _SENTENCE_END.search(line)
     if end is not None:
         line = line[: end.start() + 1]
+    line = _LEAD_IN.sub("", line, count=1).strip().strip("\"'“”‘’").strip()
     words = line.split()[:MAX_FALLBACK_WORDS]
     return " ".join(words) or None
 

@@ -127,3 +127,10 @@ def test_records_score_the_prediction_of_their_rule_and_keep_answered_strict(tok
     record = trajectory_record(tagged, tokenizer, ["Paris"], answer_rule=FALLBACK, **kw)
     assert record["prediction"] == "Paris" and record["answered"] and not record["extracted"]
     assert record["em"] == 1.0
+
+
+def test_a_stock_lead_in_and_quotes_are_not_part_of_the_answer():
+    assert first_line_answer('The answer to this question is: "Benga"') == "Benga"
+    assert first_line_answer("The answer is Paris. It is in France.") == "Paris."
+    assert first_line_answer("Final answer: 42") == "42"
+    assert first_line_answer("answers vary by region") == "answers vary by region"  # no lead-in
