@@ -203,3 +203,54 @@ def write_results(out: Path, doc: Path) -> str:
     head, rest = text.split(BEGIN, 1)
     doc.write_text(head + block + rest.split(END, 1)[1], encoding="utf-8")
     return block
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_curves(out: Path, path: Path) -> Path | None:
+    """SFT loss per step; per RL run the training reward per step and the validation EM (the
+    validation split, never the held-out questions). None when nothing was trained yet."""
+    sft = _jsonl(out / "sft" / "sft_metrics.jsonl")
+    runs = {name: _jsonl(out / name / "metrics.jsonl") for name in ("rl_full", "rl_lora")}
+    if not sft and not any(runs.values()):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    left.plot([m["step"] for m in sft], [m["loss"] for m in sft], marker=".")
+    left.set(title="SFT warm start", xlabel="optimiser step", ylabel="NLL of model tokens")
+    for (name, steps), color in zip(runs.items(), ("tab:blue", "tab:orange"), strict=True):
+        train = [m for m in steps if "reward/score/mean" in m]
+        val = [m for m in steps if "val/all/em" in m]
+        if train:
+            right.plot(
+                [m["step"] for m in train],
+                [m["reward/score/mean"] for m in train],
+                color=color,
+                alpha=0.5,
+                label=f"{name}: training reward",
+            )
+        if val:
+            right.plot(
+                [m["step"] for m in val],
+                [m["val/all/em"] for m in val],
+                color=color,
+                marker="o",
+                label=f"{name}: validation EM",
+            )
+    right.set(title="GRPO", xlabel="step", ylabel="EM")
+    if right.lines:
+        right.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

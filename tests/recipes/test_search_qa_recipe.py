@@ -9,7 +9,7 @@ import json
 import pytest
 
 from agentrl.recipes.search_qa import TINY, run_phases
-from agentrl.recipes.search_qa_eval import paired_gains, results_rows
+from agentrl.recipes.search_qa_eval import BEGIN, END, paired_gains, plot_curves, results_rows, write_results
 from agentrl.recipes.split import check_disjoint
 
 pytestmark = pytest.mark.slow  # Ray, two short RL runs, five evaluation cells: ~4 min
@@ -83,3 +83,14 @@ def test_a_rerun_resumes_every_phase_without_redoing_it(run, shared_data, tiny_m
     again = run_phases(shared_data, out, TINY, model=str(tiny_model_dir))
     assert {p.name: p.stat().st_mtime_ns for p in (out / "phases").iterdir()} == markers
     assert again["rl_lora"] == done["rl_lora"]
+
+
+def test_the_results_block_and_curves_are_written_from_the_run(run, tmp_path):
+    out, _ = run
+    doc = tmp_path / "results.md"
+    doc.write_text(f"# Results\n\nintro\n\n{BEGIN}\nold\n{END}\n\nafter\n")
+    block = write_results(out, doc)
+    text = doc.read_text()
+    assert "old" not in text and text.startswith("# Results\n\nintro") and text.endswith("after\n")
+    assert "| rl_lora |" in block and "EM of `rl_full` − `sft`" in block
+    assert plot_curves(out, tmp_path / "curves.png").stat().st_size > 1000
