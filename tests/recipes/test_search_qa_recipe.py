@@ -88,9 +88,9 @@ def test_a_rerun_resumes_every_phase_without_redoing_it(run, shared_data, tiny_m
 def test_the_results_block_and_curves_are_written_from_the_run(run, tmp_path):
     out, _ = run
     doc = tmp_path / "results.md"
-    doc.write_text(f"# Results\n\nintro\n\n{BEGIN}\nold\n{END}\n\nafter\n")
+    doc.write_text(f"# Results\n\nintro\n\n{BEGIN}\nSTALE BLOCK\n{END}\n\nafter\n")
     block = write_results(out, doc)
     text = doc.read_text()
-    assert "old" not in text and text.startswith("# Results\n\nintro") and text.endswith("after\n")
+    assert "STALE BLOCK" not in text and text.startswith("# Results\n\nintro") and text.endswith("after\n")
     assert "| rl_lora |" in block and "EM of `rl_full` − `sft`" in block
     assert plot_curves(out, tmp_path / "curves.png").stat().st_size > 1000
