@@ -25,7 +25,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CELLS", "EVAL_SETTINGS", "evaluate_cells", "paired_gains", "results_rows"]
+__all__ = [
+    "CELLS",
+    "eval_settings",
+    "evaluate_cells",
+    "paired_gains",
+    "plot_curves",
+    "render_results",
+    "results_rows",
+    "write_results",
+]
 
 CELLS: dict[str, tuple[str, str, str | None]] = {  # cell -> (phase whose model, mode, backend)
     "direct": ("model", "direct", None),
@@ -53,9 +62,6 @@ def eval_settings(**overrides: Any) -> Any:
         "answer_rule": "tag-or-first-line",
     }
     return EvalSettings(**(values | overrides))
-
-
-EVAL_SETTINGS = eval_settings
 
 
 def evaluate_cells(
