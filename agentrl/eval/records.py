@@ -10,9 +10,8 @@ records here, so their numbers agree. The rule, stated once:
     accepted (``Trajectory.answer``: the body of the ``<answer>…</answer>`` one model turn
     wrote to end the trajectory); none without one.
   - ``tag-or-first-line`` (the fair baseline protocol): that accepted answer when there is
-    one, else a short answer read from the last model turn (an unclosed ``<answer>``'s
-    text, or the first line of prose outside ``<think>``/``<search>``, up to its first
-    sentence end, at most 20 words); ``extracted`` marks such predictions.
+    one, else a short answer read from the last model turn by the steps stated in
+    ``agentrl.eval.extraction``; ``extracted`` marks such predictions.
 
 * **EM / F1 / cover-EM** score the prediction; no prediction scores 0. ``answered`` stays
   strict under both rules: the rollout accepted an ``<answer>`` tag.
@@ -34,12 +33,15 @@ from agentrl.agent.trajectory import Segment, Trajectory
 from agentrl.eval.extraction import predict
 from agentrl.rewards import answer_metrics, cover_exact_match, gold_in_documents
 
-__all__ = ["last_turn_text", "records_of", "trajectory_record"]
+__all__ = ["last_turn_text", "records_of", "segment_text", "trajectory_record"]
 
 
-def _model_text(tokenizer: Any, traj: Trajectory) -> str:
-    """What the model itself wrote (observation segments left out), without special tokens."""
-    ids = [t for t, seg in zip(traj.response_ids, traj.segments, strict=True) if seg == Segment.MODEL]
+def segment_text(tokenizer: Any, traj: Trajectory, segment: Segment, start: int = 0) -> str:
+    """The response tokens from ``start`` on that carry ``segment``, decoded without special
+    tokens: what the model wrote (``MODEL``) or what the policy read (``OBSERVATION``)."""
+    ids = [
+        t for t, seg in zip(traj.response_ids[start:], traj.segments[start:], strict=True) if seg == segment
+    ]
     return tokenizer.decode(ids, skip_special_tokens=True)
 
 
@@ -47,17 +49,10 @@ def last_turn_text(tokenizer: Any, traj: Trajectory) -> str:
     """What the model wrote in its last turn: the response tokens after the last observation
     (all of them model tokens), without special tokens; "" when the response ends with an
     observation (the last turn wrote nothing)."""
-    start = 0
-    for k in range(len(traj.segments) - 1, -1, -1):
-        if traj.segments[k] == Segment.OBSERVATION:
-            start = k + 1
-            break
-    ids = [
-        t
-        for t, seg in zip(traj.response_ids[start:], traj.segments[start:], strict=True)
-        if seg == Segment.MODEL
-    ]
-    return tokenizer.decode(ids, skip_special_tokens=True)
+    start = next(
+        (k + 1 for k in range(len(traj.segments) - 1, -1, -1) if traj.segments[k] == Segment.OBSERVATION), 0
+    )
+    return segment_text(tokenizer, traj, Segment.MODEL, start)
 
 
 def trajectory_record(
@@ -100,7 +95,7 @@ def trajectory_record(
         "extracted": extracted,
         # Lenient diagnostic, not a Search-R1 metric: a gold answer anywhere in what the model
         # wrote, tags or not. Shows what a model that ignores the answer format knows.
-        "text_cover_em": cover_exact_match(_model_text(tokenizer, traj), golds),
+        "text_cover_em": cover_exact_match(segment_text(tokenizer, traj, Segment.MODEL), golds),
         "retrieval_hit": hit,
         "num_searches": traj.tool_calls.get("search", 0),
         "tool_calls": dict(traj.tool_calls),

@@ -195,21 +195,9 @@ def evaluate_heldout(
 def train_ppo(config: Any, sft_dir: Path) -> Path:
     """Phase ``ppo``: the PPO run on Ray with the SFT model as actor, reference and critic
     initialisation; returns the last checkpoint's policy. Ray is shut down when it ends."""
-    import ray
+    from agentrl.trainer.ppo_trainer import train_to_policy
 
-    from agentrl.trainer.ppo_trainer import PPOTrainer
-
-    trainer = PPOTrainer(replace(config, actor=replace(config.actor, model_path=str(sft_dir))))
-    try:
-        trainer.fit()
-        final = trainer.checkpoints.latest()
-    finally:
-        trainer.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
-    if final is None:
-        raise RuntimeError("PPO finished without a checkpoint to evaluate")
-    return final / "actor"
+    return train_to_policy(replace(config, actor=replace(config.actor, model_path=str(sft_dir))))
 
 
 # --- the run --------------------------------------------------------------------------------

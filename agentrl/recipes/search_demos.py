@@ -72,14 +72,6 @@ def supporting_titles(context_file: str | Path) -> dict[str, list[str]]:
     return out
 
 
-def observed_text(traj: Any, tokenizer: Any) -> str:
-    """What the policy read: the observation tokens of a trajectory (after any cut), decoded."""
-    from agentrl.agent.trajectory import Segment
-
-    ids = [t for t, seg in zip(traj.response_ids, traj.segments, strict=True) if seg == Segment.OBSERVATION]
-    return tokenizer.decode(ids, skip_special_tokens=True)
-
-
 def _title(doc: Mapping[str, Any]) -> str:
     return str(doc.get("contents", "")).partition("\n")[0].strip().strip('"')
 
@@ -184,7 +176,9 @@ def record_search_demonstrations(
     ``records``; ``config`` is the experiment config whose rollout and length budgets RL uses."""
     from agentrl.agent.dump import dump_trajectories
     from agentrl.agent.tools.search import SearchTool
+    from agentrl.agent.trajectory import Segment
     from agentrl.data.qa import to_training_rows
+    from agentrl.eval.records import segment_text
     from agentrl.trainer.dataset import prompt_spec
     from agentrl.trainer.sft import record_scripted_trajectories
 
@@ -210,7 +204,8 @@ def record_search_demonstrations(
     kept, lost = [], 0
     for traj in complete:
         plan = by_prompt[tuple(traj.prompt.prompt_ids)]
-        if gold_in_documents([observed_text(traj, tokenizer)], [plan.answer]):
+        # what the policy read: the observation tokens, after any cut
+        if gold_in_documents([segment_text(tokenizer, traj, Segment.OBSERVATION)], [plan.answer]):
             kept.append(traj)
         else:
             lost += 1

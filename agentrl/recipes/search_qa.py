@@ -275,21 +275,10 @@ def rl_config(
 
 
 def phase_rl(config: Any) -> dict[str, Any]:
-    import ray
+    from agentrl.trainer.ppo_trainer import train_to_policy
 
-    from agentrl.trainer.ppo_trainer import PPOTrainer
-
-    trainer = PPOTrainer(config)
-    try:
-        trainer.fit()
-        final = trainer.checkpoints.latest()
-    finally:
-        trainer.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
-    if final is None:
-        raise RuntimeError("RL finished without a checkpoint")
-    return {"model": str(final / "actor"), "metrics": str(Path(config.trainer.run_dir) / "metrics.jsonl")}
+    model = train_to_policy(config)
+    return {"model": str(model), "metrics": str(Path(config.trainer.run_dir) / "metrics.jsonl")}
 
 
 # --- the run ----------------------------------------------------------------------------------

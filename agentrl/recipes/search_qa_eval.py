@@ -119,17 +119,18 @@ def evaluate_cells(
     return done
 
 
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def _records(cell_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """A cell's scored records (the header line has no ``em``) by (dataset, question id)."""
     from agentrl.eval.store import PREDICTIONS_FILE
 
-    out = {}
-    with (cell_dir / PREDICTIONS_FILE).open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                if "em" in r:
-                    out[(r["dataset"], str(r["id"]))] = r
-    return out
+    return {(r["dataset"], str(r["id"])): r for r in _jsonl(cell_dir / PREDICTIONS_FILE) if "em" in r}
 
 
 def results_rows(out: Path) -> list[dict[str, Any]]:
@@ -164,11 +165,7 @@ BEGIN, END = "<!-- trained:begin -->", "<!-- trained:end -->"
 
 
 def _rl_timing(out: Path, name: str) -> dict[str, float] | None:
-    path = out / name / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    steps = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    times = [m["timing_s/step"] for m in steps if "timing_s/step" in m]
+    times = [m["timing_s/step"] for m in _jsonl(out / name / "metrics.jsonl") if "timing_s/step" in m]
     if not times:
         return None
     return {"steps": len(times), "s_per_step": sum(times) / len(times)}
@@ -209,13 +206,6 @@ def write_results(out: Path, doc: Path) -> str:
     head, rest = text.split(BEGIN, 1)
     doc.write_text(head + block + rest.split(END, 1)[1], encoding="utf-8")
     return block
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def plot_curves(out: Path, path: Path) -> Path | None:

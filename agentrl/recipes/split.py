@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.data.qa import read_question_records, to_training_rows, write_rows
+from agentrl.data.qa import read_question_records, write_rows
 from agentrl.eval.datasets import DatasetSpec, load_questions
 from agentrl.rewards.match import normalize_answer
 
@@ -194,9 +194,9 @@ def build_split(
     everything_held = [r for rows in held.values() for r in rows]
     check_disjoint(train + val, everything_held)
     for name, rows in held.items():
-        _write_records(rows, out / f"heldout_{name}.jsonl")
-    _write_records(train, out / "train.jsonl")
-    _write_records(val, out / "val.jsonl")
+        write_rows(rows, out / f"heldout_{name}.jsonl")
+    write_rows(train, out / "train.jsonl")
+    write_rows(val, out / "val.jsonl")
     report = SplitReport(
         train=len(train),
         val=len(val),
@@ -208,17 +208,6 @@ def build_split(
     )
     (out / "split.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     return report
-
-
-def _write_records(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
-    with path.open("w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(dict(r), ensure_ascii=False) + "\n")
-
-
-def write_training_rows(records_file: str | Path, out_file: str | Path, split: str) -> Path:
-    """Question records -> Search-R1 training rows (``data_source`` = each record's dataset)."""
-    return write_rows(to_training_rows(read_question_records(records_file), split), out_file)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -430,3 +430,21 @@ class PPOTrainer:
     def shutdown(self) -> None:
         if self.roles is not None:
             self.roles.shutdown()
+
+
+def train_to_policy(config: ExperimentConfig) -> Path:
+    """Run ``fit()`` on a fresh trainer, then release its workers and Ray (whatever happened);
+    returns the last checkpoint's policy directory (``…/actor``), what evaluation reads."""
+    import ray
+
+    trainer = PPOTrainer(config)
+    try:
+        trainer.fit()
+        final = trainer.checkpoints.latest()
+    finally:
+        trainer.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+    if final is None:
+        raise RuntimeError(f"{config.trainer.run_dir}: training finished without a checkpoint to evaluate")
+    return final / "actor"

@@ -288,21 +288,20 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         """``actor/``: the fp32 policy as a plain HF directory (gathered under fsdp), which
         evaluation and serving read; plus the training state (sharded under fsdp)."""
         out = Path(directory) / "actor"
+        state = None  # the model saves itself, unless it is wrapped (adapters) or sharded
         if self.lora:
-            if self.rank == 0:
-                plain = plain_model(self.model.config, dict(merged_tensors(self.model)))
-                plain.generation_config = self.model.generation_config
-                plain.save_pretrained(out)
-                save_adapters(self.model, out)
+            state = dict(merged_tensors(self.model)) if self.rank == 0 else None
         elif self.context.strategy == "fsdp":
             state = full_state_dict(self.model)  # a collective; rank 0 receives the tensors
-            if self.rank == 0:
+        if self.rank == 0:
+            if state is None:
+                self.model.save_pretrained(out)
+            else:
                 plain = plain_model(self.model.config, state)
                 plain.generation_config = self.model.generation_config
                 plain.save_pretrained(out)
-        elif self.rank == 0:
-            self.model.save_pretrained(out)
-        if self.rank == 0:
+            if self.lora:
+                save_adapters(self.model, out)
             self.tokenizer.save_pretrained(out)
         self.save_training_state(directory, "actor")
 
