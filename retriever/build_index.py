@@ -12,6 +12,7 @@ in seconds with its line number.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -38,6 +39,26 @@ def _fingerprint(corpus: Path) -> dict:
     return {"path": str(corpus.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _same_corpus(stored: dict, corpus: Path, fp: dict) -> bool:
+    """Whether the docstore was built from this corpus file: same size, and the same mtime or,
+    for a copy made again (a fresh checkout of the data, an rsync without -t), the same bytes.
+    Hashing runs only when the mtime differs: an index (hours for a dense one) is not thrown
+    away because a file was copied, nor kept when its contents changed at the same size."""
+    if stored.get("bytes") != fp["bytes"]:
+        return False
+    if stored.get("mtime_ns") == fp["mtime_ns"] and stored.get("path") == fp["path"]:
+        return True
+    return stored.get("sha256") is not None and stored["sha256"] == _sha256(corpus)
+
+
 def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -50,7 +71,11 @@ def ensure_docstore(corpus: Path, out: Path, quiet: bool = False) -> int:
     """Validate the corpus and write ``docs.arrow`` unless one from the same corpus file exists."""
     manifest = read_manifest(out)
     fp = _fingerprint(corpus)
-    if (out / DOCSTORE_FILE).exists() and manifest.get("corpus") == fp:
+    stored = manifest.get("corpus") or {}
+    if (out / DOCSTORE_FILE).exists() and _same_corpus(stored, corpus, fp):
+        if stored != stored | fp:  # the same bytes under a new mtime or path: remember them
+            manifest["corpus"] = stored | fp
+            write_manifest(out, manifest)
         return int(manifest["num_passages"])
     total = count_lines(corpus)
     with _progress(total, "docstore", quiet) as bar:
@@ -63,7 +88,7 @@ def ensure_docstore(corpus: Path, out: Path, quiet: bool = False) -> int:
         n = write_docstore(tick(), out)
     # a new docstore invalidates every row-based index built before it (a Lucene index is not row-based)
     kept = {k: v for k, v in manifest.get("backends", {}).items() if k == "pyserini"}
-    manifest.update({"corpus": fp, "num_passages": n, "backends": kept})
+    manifest.update({"corpus": fp | {"sha256": _sha256(corpus)}, "num_passages": n, "backends": kept})
     write_manifest(out, manifest)
     return n
 

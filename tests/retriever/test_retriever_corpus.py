@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from retriever.build_index import ensure_docstore
 from retriever.build_index import main as build_main
 from retriever.corpus import CorpusFormatError, DocStore, Passage, iter_corpus, write_docstore
 from retriever.index import read_manifest
@@ -75,3 +77,32 @@ def test_build_index_summary_and_manifest(tmp_path: Path, capsys: pytest.Capture
     manifest = read_manifest(out)
     assert manifest["num_passages"] == 30 and set(manifest["backends"]) == {"bm25"}
     assert manifest["backends"]["bm25"]["k1"] == 0.9
+
+
+def _toy_corpus(path: Path, word: str = "common") -> Path:
+    path.write_text(
+        "".join(json.dumps({"id": f"d{i}", "contents": f'"T{i}"\nword{i} {word}'}) + "\n" for i in range(30))
+    )
+    return path
+
+
+def test_a_corpus_copied_again_keeps_its_indexes(tmp_path: Path) -> None:
+    corpus = _toy_corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "idx"
+    assert build_main(["--corpus", str(corpus), "--backend", "bm25", "--out", str(out), "--quiet"]) == 0
+    docstore_mtime = (out / "docs.arrow").stat().st_mtime_ns
+    os.utime(corpus, ns=(1, 1))  # the same bytes with a new mtime, as a fresh copy of the data has
+    assert ensure_docstore(corpus, out, quiet=True) == 30
+    assert (out / "docs.arrow").stat().st_mtime_ns == docstore_mtime, "the docstore was rebuilt"
+    manifest = read_manifest(out)
+    assert set(manifest["backends"]) == {"bm25"} and manifest["corpus"]["mtime_ns"] == 1
+
+
+def test_a_corpus_changed_at_the_same_size_invalidates_its_indexes(tmp_path: Path) -> None:
+    corpus = _toy_corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "idx"
+    assert build_main(["--corpus", str(corpus), "--backend", "bm25", "--out", str(out), "--quiet"]) == 0
+    _toy_corpus(corpus, word="Common")  # same size, other bytes
+    os.utime(corpus, ns=(2, 2))
+    assert ensure_docstore(corpus, out, quiet=True) == 30
+    assert read_manifest(out)["backends"] == {}, "an index of the old contents must not be served"
