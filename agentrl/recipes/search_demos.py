@@ -13,12 +13,14 @@ The answer written is the first golden answer that occurs, on token boundaries a
 normalisation, in the documents the searches return ("gold in retrieved docs"); a question
 whose searches return no golden answer is rejected, and so is a played trajectory whose
 observations (after truncation to ``max_obs_length``) no longer contain it. Yes/no answers
-are never demonstrated: "gold in docs" says nothing for them.
+are never demonstrated: "gold in docs" says nothing for them. ``balanced_by_searches`` picks
+the warm start's mix of one- and two-search demonstrations.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +32,11 @@ __all__ = [
     "DemoPlan",
     "answerable",
     "DemoReport",
+    "balanced_by_searches",
     "plan_demonstrations",
     "record_search_demonstrations",
     "script_turns",
+    "search_counts",
     "supporting_titles",
 ]
 
@@ -224,3 +228,30 @@ def record_search_demonstrations(
         cut=len(incomplete),
         gold_lost=lost,
     )
+
+
+def search_counts(dump: Path) -> list[int]:
+    """The searches of each recorded demonstration in ``dump`` (a rollout dump), in file order."""
+    with dump.open(encoding="utf-8") as f:
+        return [int(json.loads(line)["tool_calls"].get("search", 0)) for line in f if line.strip()]
+
+
+def balanced_by_searches(examples: list, searches: Sequence[int], limit: int, seed: int) -> list:
+    """At most ``limit`` examples, as evenly as the data allow over their number of searches
+    (one-hop demonstrations are rarer than two-hop ones, and the warm start should not learn
+    that every question takes two searches); shuffled with ``seed``."""
+    if len(examples) != len(searches):
+        raise ValueError(f"{len(examples)} examples but {len(searches)} search counts")
+    rng = random.Random(seed)
+    groups: dict[int, list] = {}
+    for example, count in zip(examples, searches, strict=True):
+        groups.setdefault(count, []).append(example)
+    for group in groups.values():
+        rng.shuffle(group)
+    chosen: list = []
+    order = sorted(groups, key=lambda k: len(groups[k]))
+    for i, key in enumerate(order):
+        share = (limit - len(chosen)) // (len(order) - i)  # what is left, split over the groups left
+        chosen += groups[key][:share]
+    rng.shuffle(chosen)
+    return chosen

@@ -12,6 +12,7 @@ index      the BM25 index of the corpus
 demos      SFT demonstrations through the real rollout and retriever (``recipes.search_demos``)
 sft        supervised warm start on the demonstrations (loss on model tokens only)
 rl_data    the RL questions whose BM25 search returns a golden answer (non-zero reward possible)
+rl_pool    of those, the ones the warm start solves when sampled once (``recipes.rl_pool``)
 rl_full    GRPO from the SFT model on Ray, full fine-tuning
 rl_lora    the same with LoRA adapters (``actor.lora.rank``)
 dense_idx  the dense index (``dense_index``: for the RAG-dense baseline only)
@@ -34,7 +35,19 @@ from typing import Any
 
 __all__ = ["FULL", "PHASES", "TINY", "RecipeProfile", "run_phases"]
 
-PHASES = ("split", "model", "index", "demos", "sft", "rl_data", "rl_full", "rl_lora", "dense_index", "eval")
+PHASES = (
+    "split",
+    "model",
+    "index",
+    "demos",
+    "sft",
+    "rl_data",
+    "rl_pool",
+    "rl_full",
+    "rl_lora",
+    "dense_index",
+    "eval",
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,8 @@ class RecipeProfile:
     sft_batch_size: int = 8
     sft_lr: float = 5.0e-5
     sft_compute_dtype: str = "bfloat16"
+    pool_candidates: int = 640  # RL questions the warm start is sampled on (``rl_pool``)
+    pool_min: int = 16  # fewer solved than this: the RL phase could not learn, stop
     dense: bool = True  # build the dense index too (the RAG-dense baseline)
     eval_options: Mapping[str, Any] = field(default_factory=lambda: {"engine": "vllm"})
     rl_overrides: Mapping[str, Any] = field(default_factory=dict)  # wins over config/search_qa.yaml
@@ -71,6 +86,8 @@ TINY = RecipeProfile(
     sft_batch_size=4,
     sft_lr=1.0e-4,
     sft_compute_dtype="float32",
+    pool_candidates=8,
+    pool_min=0,  # the nano test model solves nothing: RL then trains on the answerable rows
     dense=False,
     eval_options={
         "engine": "hf",
@@ -204,37 +221,41 @@ def phase_rl_data(rl_files: Mapping[str, Any], url: str, out: Path) -> dict[str,
     return {"rl_train": str(path), "rl_val": rl_files["rl_val"], "kept": len(keep), "of": len(rows)}
 
 
-def _search_counts(dump: Path) -> list[int]:
-    with dump.open(encoding="utf-8") as f:
-        return [int(json.loads(line)["tool_calls"].get("search", 0)) for line in f if line.strip()]
+def phase_rl_pool(
+    rl_data: Mapping[str, Any], sft_model: str, url: str, out: Path, profile: RecipeProfile, seed: int
+) -> dict[str, Any]:
+    """The answerable RL questions the warm start solves when sampled (``rl_pool.solved_once``)."""
+    from agentrl.data.qa import load_qa_rows, write_rows
+    from agentrl.recipes.rl_pool import solved_once
 
-
-def balanced_by_searches(examples: list, searches: Sequence[int], limit: int, seed: int) -> list:
-    """At most ``limit`` examples, as evenly as the data allow over their number of searches
-    (one-hop demonstrations are rarer than two-hop ones, and the warm start should not learn
-    that every question takes two searches); shuffled with ``seed``."""
-    if len(examples) != len(searches):
-        raise ValueError(f"{len(examples)} examples but {len(searches)} search counts")
-    rng = random.Random(seed)
-    groups: dict[int, list] = {}
-    for example, count in zip(examples, searches, strict=True):
-        groups.setdefault(count, []).append(example)
-    for group in groups.values():
-        rng.shuffle(group)
-    chosen: list = []
-    order = sorted(groups, key=lambda k: len(groups[k]))
-    for i, key in enumerate(order):
-        share = (limit - len(chosen)) // (len(order) - i)  # what is left, split over the groups left
-        chosen += groups[key][:share]
-    rng.shuffle(chosen)
-    return chosen
+    rows = load_qa_rows(rl_data["rl_train"])
+    kept, summary = solved_once(
+        sft_model,
+        rows,
+        url,
+        out / "rl_pool",
+        limit=profile.pool_candidates,
+        seed=seed,
+        **profile.eval_options,
+    )
+    if len(kept) < profile.pool_min:
+        raise RuntimeError(
+            f"rl_pool: the warm start solved {len(kept)} of {summary['candidates']} sampled RL questions "
+            f"(fewer than pool_min={profile.pool_min}): GRPO groups would be all zeros. Sample more "
+            "candidates (RecipeProfile.pool_candidates) or train the warm start longer"
+        )
+    if not kept:
+        print("[rl_pool] the warm start solved none: RL trains on every answerable question", flush=True)
+    path = write_rows(kept or rows, out / "data" / "rl_train_pool.parquet")
+    return {"rl_train": str(path), "rl_val": rl_data["rl_val"]} | summary
 
 
 def phase_sft(demos: Path, model: Path, out: Path, profile: RecipeProfile, seed: int) -> dict[str, Any]:
     from agentrl.config.schema import OptimConfig
+    from agentrl.recipes.search_demos import balanced_by_searches, search_counts
     from agentrl.trainer.sft import SFTConfig, SFTTrainer, load_sft_examples
 
-    examples = balanced_by_searches(load_sft_examples(demos), _search_counts(demos), profile.sft_demos, seed)
+    examples = balanced_by_searches(load_sft_examples(demos), search_counts(demos), profile.sft_demos, seed)
     config = SFTConfig(
         epochs=profile.sft_epochs,
         batch_size=profile.sft_batch_size,
@@ -334,11 +355,19 @@ def run_phases(
                 "RL questions a search can answer",
                 lambda: phase_rl_data(done["demos"], server.retrieve_url, out),
             )
+        if done["sft"] is not None and done.get("rl_data") is not None:
+            done["rl_pool"] = phases.run(
+                "rl_pool",
+                "RL questions the warm start solves when sampled",
+                lambda: phase_rl_pool(
+                    done["rl_data"], done["sft"]["model"], server.retrieve_url, out, profile, seed
+                ),
+            )
         for name in ("rl_full", "rl_lora"):
-            if done["sft"] is None or done.get("rl_data") is None:
+            if done.get("rl_pool") is None:
                 break
             cfg = rl_config(
-                profile, out, name, Path(done["sft"]["model"]), done["rl_data"], server.retrieve_url
+                profile, out, name, Path(done["sft"]["model"]), done["rl_pool"], server.retrieve_url
             )
             done[name] = phases.run(name, f"GRPO from the SFT model ({name})", lambda cfg=cfg: phase_rl(cfg))
     finally:

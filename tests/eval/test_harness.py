@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from support.eval_toy import QUESTIONS
-from support.scripted_engine import ScriptedEngine, response_part
+from support.eval_toy import QUESTIONS, searching_policy
+from support.scripted_engine import ScriptedEngine
 
 from agentrl.data.qa import QADataError
 from agentrl.engines.hf import HFEngine
@@ -129,16 +129,6 @@ def test_prompts_differ_by_mode(tokenizer):
     assert "TRAINING PROMPT" in agent and "TRAINING PROMPT" not in direct + rag
     with pytest.raises(ValueError, match="rag mode needs the retrieved documents"):
         build_prompt(tokenizer, "rag", q)
-
-
-def searching_policy(context: str) -> str:
-    """Search once with the question, then answer with the title of the first document."""
-    response = response_part(context)
-    if "<information>" not in response:
-        question = re.search(r"Question: (.*?)\?", context).group(1)
-        return f"<think> I should look this up. </think> <search> {question} </search>"
-    title = re.search(r'Doc 1\(Title: "?([^")]+)"?\)', response).group(1)
-    return f"<think> The first document answers it. </think> <answer> {title} </answer>"
 
 
 def test_agent_mode_searches_through_the_manager(tokenizer, questions_file, retriever_url, tmp_path):

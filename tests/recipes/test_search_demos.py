@@ -3,8 +3,7 @@ two-hop questions) and the search-balanced choice of what the warm start trains 
 
 from __future__ import annotations
 
-from agentrl.recipes.search_demos import DemoPlan, plan_demonstrations, script_turns
-from agentrl.recipes.search_qa import balanced_by_searches
+from agentrl.recipes.search_demos import DemoPlan, balanced_by_searches, plan_demonstrations, script_turns
 
 CORPUS = {
     "who founded acme": [

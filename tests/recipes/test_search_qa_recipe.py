@@ -50,6 +50,16 @@ def test_demonstrations_search_once_or_twice_and_answer_from_the_documents(run):
         assert demo["num_turns"] == demo["tool_calls"]["search"] + 1
 
 
+def test_rl_trains_on_the_pool_the_warm_start_was_sampled_on(run):
+    out, done = run
+    pool = done["rl_pool"]
+    assert pool["candidates"] == TINY.pool_candidates and 0 <= pool["solved"] <= pool["candidates"]
+    sampled = records(out / "rl_pool" / "predictions.jsonl")[1:]  # after the settings header
+    assert len(sampled) == TINY.pool_candidates
+    for name in ("rl_full", "rl_lora"):
+        assert "rl_train_pool.parquet" in (out / name / "config.yaml").read_text(), name
+
+
 def test_sft_then_full_and_lora_rl_each_leave_a_model(run):
     out, done = run
     assert done["sft"]["examples"] > 0 and all(loss == loss for loss in done["sft"]["loss"])

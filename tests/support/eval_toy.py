@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+from support.scripted_engine import response_part
+
 PASSAGES = [
     ("Paris", "Paris is the capital and largest city of France. It lies on the Seine."),
     ("Jane Austen", "Jane Austen was an English novelist known for Pride and Prejudice."),
@@ -19,3 +23,13 @@ QUESTIONS = [
     ("q5", "What is the capital of Germany", ["Berlin"]),
     ("q6", "Which river does the capital of France lie on", ["Seine"]),
 ]
+
+
+def searching_policy(context: str) -> str:
+    """Search once with the question, then answer with the title of the first document."""
+    response = response_part(context)
+    if "<information>" not in response:
+        question = re.search(r"Question: (.*?)\?", context).group(1)
+        return f"<think> I should look this up. </think> <search> {question} </search>"
+    title = re.search(r'Doc 1\(Title: "?([^")]+)"?\)', response).group(1)
+    return f"<think> The first document answers it. </think> <answer> {title} </answer>"

@@ -1,0 +1,102 @@
+"""The RL questions the warm start solves sometimes: a pool where GRPO groups carry a signal.
+
+GRPO learns only from a group whose samples differ in reward. On questions the policy never
+solves, every group is all zeros: the step costs a full rollout and update and changes nothing.
+From a 135M warm start that solves about one training question in six, four questions a step
+almost always give four zero groups. This module samples the warm start once per candidate
+question (temperature 1, the RL budgets, the RL reward's rule: exact match inside
+``<answer>``) and keeps the questions it solved. Under the same sampling, a question solved
+once is neither hopeless nor, mostly, certain, so its group usually holds both outcomes.
+
+Only training questions are sampled; the held-out and validation questions never are.
+The samples are an ordinary evaluation (``agentrl.eval.evaluate``) under ``out_dir``, so an
+interrupted pass resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["POOL_NAME", "solved_once"]
+
+POOL_NAME = "rl_pool"  # the dataset name of the sampling pass's records
+
+
+def _candidates(rows: Sequence[Mapping[str, Any]], limit: int, seed: int) -> list[Mapping[str, Any]]:
+    """A seeded ``limit`` of ``rows``, file order kept."""
+    if limit >= len(rows):
+        return list(rows)
+    keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
+    return [rows[i] for i in keep]
+
+
+def _key(row: Mapping[str, Any]) -> str:
+    """A question's id in the sampling pass: ids repeat across sources (NQ's and TriviaQA's
+    ``test_12``), and the evaluation needs them unique."""
+    return f"{row['data_source']}:{row['id']}"
+
+
+def _write_questions(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            record = {
+                "id": _key(row),
+                "question": row["question"],
+                "golden_answers": list(row["golden_answers"]),
+            }
+            f.write(json.dumps(record | {"dataset": row["data_source"]}, ensure_ascii=False) + "\n")
+    return path
+
+
+def solved_once(
+    model: Any,
+    rows: Sequence[Mapping[str, Any]],
+    retriever_url: str,
+    out_dir: Path,
+    *,
+    limit: int,
+    seed: int,
+    tokenizer: Any = None,
+    engine: str = "vllm",
+    settings_overrides: Mapping[str, Any] | None = None,
+) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
+    """Sample ``model`` (a model directory, or an ``Engine`` with its ``tokenizer``) once on a
+    seeded ``limit`` of the training ``rows``; return the rows it answered exactly (in
+    ``<answer>``) and a summary (candidates, solved, the solve rate)."""
+    from agentrl.eval import DatasetSpec, evaluate
+    from agentrl.eval.store import PREDICTIONS_FILE
+    from agentrl.recipes.search_qa_eval import eval_settings
+
+    candidates = _candidates(rows, limit, seed)
+    if not candidates:
+        raise ValueError("solved_once: no candidate rows to sample")
+    questions = _write_questions(candidates, out_dir / "candidates.jsonl")
+    settings = eval_settings(
+        greedy=False, temperature=1.0, seed=seed, answer_rule="tag", **(settings_overrides or {})
+    )
+    evaluate(
+        model,
+        tokenizer,
+        [DatasetSpec(POOL_NAME, str(questions))],
+        "agent",
+        retriever_url,
+        settings=settings,
+        out_dir=out_dir,
+        engine=engine,
+        engine_kwargs={"max_batch_size": 128},
+        model_name=f"{POOL_NAME}:{getattr(model, 'name', type(model).__name__)}",
+    )
+    solved: set[str] = set()
+    with (out_dir / PREDICTIONS_FILE).open(encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line) if line.strip() else {}
+            if record.get("em"):
+                solved.add(str(record["id"]))
+    kept = [r for r in candidates if _key(r) in solved]
+    summary = {"candidates": len(candidates), "solved": len(kept), "solve_rate": len(kept) / len(candidates)}
+    return kept, summary
