@@ -142,6 +142,7 @@ class DemoReport:
     two_hop: int
     candidates: int
     no_gold_in_docs: int  # the planning searches returned no golden answer (or none was possible)
+    prompt_too_long: int  # the question's prompt is over the RL prompt budget
     cut: int  # a turn or observation was cut by a length limit
     gold_lost: int  # the played observations (truncated) no longer held the answer
 
@@ -191,6 +192,7 @@ def record_search_demonstrations(
     for row, plan in zip(rows, plans, strict=True):  # the dump names each demonstration's question
         row["extra_info"]["id"] = str(plan.record["id"])
     prompts = [prompt_spec(row, tokenizer) for row in rows]
+    planned = len(plans)
     fits = [i for i, p in enumerate(prompts) if len(p.prompt_ids) <= config.data.max_prompt_length]
     plans, prompts = [plans[i] for i in fits], [prompts[i] for i in fits]
     tool = SearchTool(url=retriever_url, topk=topk)
@@ -224,7 +226,8 @@ def record_search_demonstrations(
         one_hop=len(kept) - two_hop,
         two_hop=two_hop,
         candidates=len(records),
-        no_gold_in_docs=len(records) - len(fits),
+        no_gold_in_docs=len(records) - planned,
+        prompt_too_long=planned - len(fits),
         cut=len(incomplete),
         gold_lost=lost,
     )

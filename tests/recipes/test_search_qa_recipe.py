@@ -43,7 +43,10 @@ def test_the_held_out_questions_are_disjoint_from_everything_trained_on(run):
 
 def test_demonstrations_search_once_or_twice_and_answer_from_the_documents(run):
     out, done = run
-    assert done["demos"]["one_hop"] > 0 and done["demos"]["two_hop"] > 0
+    report = done["demos"]
+    assert report["one_hop"] > 0 and report["two_hop"] > 0
+    dropped = ("no_gold_in_docs", "prompt_too_long", "cut", "gold_lost")
+    assert report["kept"] + sum(report[k] for k in dropped) == report["candidates"]  # each counted once
     for demo in records(out / "sft" / "demos.jsonl"):
         assert demo["reward"] == 1.0 and demo["finished"]
         assert demo["tool_calls"]["search"] in (1, 2)
