@@ -264,10 +264,11 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         )
         loss = pg_loss
         metrics = {**metrics, "pg_loss": pg_loss.detach()}
-        entropy_value = agg_loss(entropy, mask, actor.loss_agg_mode, norm)
-        metrics["entropy"] = entropy_value.detach()
+        # reported per model token whatever the loss aggregation, so runs compare; the bonus
+        # itself is aggregated like the policy loss
+        metrics["entropy"] = masked_mean(entropy.detach(), mask)
         if need_entropy:
-            loss = loss - actor.entropy_coeff * entropy_value
+            loss = loss - actor.entropy_coeff * agg_loss(entropy, mask, actor.loss_agg_mode, norm)
         if actor.use_kl_loss:
             kl = kl_penalty(log_probs, micro["ref_log_probs"], actor.kl_loss_type)
             kl_loss = agg_loss(kl, mask, actor.loss_agg_mode, norm)

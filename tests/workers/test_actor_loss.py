@@ -95,3 +95,19 @@ def test_the_actor_loss_adds_the_entropy_bonus_and_the_kl_loss_with_their_coeffi
     finally:
         actor.actor = original
     assert kl_term.item() > 0.01 and entropy_term.item() > 0.01, "both terms must be large enough to show"
+
+
+def test_the_entropy_metric_is_the_mean_over_model_tokens_whatever_the_loss_aggregation(actor):
+    # a Dr. GRPO run divides the loss by the response budget; the reported entropy must not shrink
+    batch = rollout_batch(actor.model.config.vocab_size, actor.tokenizer.pad_token_id, seed=3)
+    mask = batch["response_mask"]
+    _, entropy = policy_forward(actor.model, batch, actor.temperature, with_entropy=True)
+    per_token = (entropy * mask).sum() / mask.sum()
+    original = actor.actor
+    try:
+        for mode in ("token-mean", "seq-mean-token-sum-norm", "seq-mean-token-mean"):
+            actor.actor = replace(original, loss_agg_mode=mode)
+            _, metrics = actor._actor_loss(batch)
+            assert metrics["entropy"].item() == pytest.approx(per_token.item(), rel=1e-5), mode
+    finally:
+        actor.actor = original
