@@ -16,7 +16,6 @@ interrupted pass resumes.
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,6 @@ from typing import Any
 __all__ = ["POOL_NAME", "solved_once"]
 
 POOL_NAME = "rl_pool"  # the dataset name of the sampling pass's records
-
-
-def _candidates(rows: Sequence[Mapping[str, Any]], limit: int, seed: int) -> list[Mapping[str, Any]]:
-    """A seeded ``limit`` of ``rows``, file order kept."""
-    if limit >= len(rows):
-        return list(rows)
-    keep = sorted(random.Random(seed).sample(range(len(rows)), limit))
-    return [rows[i] for i in keep]
 
 
 def _key(row: Mapping[str, Any]) -> str:
@@ -48,8 +39,9 @@ def _write_questions(rows: Sequence[Mapping[str, Any]], path: Path) -> Path:
                 "id": _key(row),
                 "question": row["question"],
                 "golden_answers": list(row["golden_answers"]),
+                "dataset": row["data_source"],
             }
-            f.write(json.dumps(record | {"dataset": row["data_source"]}, ensure_ascii=False) + "\n")
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path
 
 
@@ -68,18 +60,18 @@ def solved_once(
     """Sample ``model`` (a model directory, or an ``Engine`` with its ``tokenizer``) once on a
     seeded ``limit`` of the training ``rows``; return the rows it answered exactly (in
     ``<answer>``) and a summary (candidates, solved, the solve rate)."""
+    from agentrl.data.qa import sample_records
     from agentrl.eval import DatasetSpec, evaluate
-    from agentrl.eval.store import PREDICTIONS_FILE
     from agentrl.recipes.search_qa_eval import eval_settings
 
-    candidates = _candidates(rows, limit, seed)
+    candidates = sample_records(rows, limit, seed)
     if not candidates:
         raise ValueError("solved_once: no candidate rows to sample")
     questions = _write_questions(candidates, out_dir / "candidates.jsonl")
     settings = eval_settings(
         greedy=False, temperature=1.0, seed=seed, answer_rule="tag", **(settings_overrides or {})
     )
-    evaluate(
+    results = evaluate(
         model,
         tokenizer,
         [DatasetSpec(POOL_NAME, str(questions))],
@@ -91,12 +83,7 @@ def solved_once(
         engine_kwargs={"max_batch_size": 128},
         model_name=f"{POOL_NAME}:{getattr(model, 'name', type(model).__name__)}",
     )
-    solved: set[str] = set()
-    with (out_dir / PREDICTIONS_FILE).open(encoding="utf-8") as f:
-        for line in f:
-            record = json.loads(line) if line.strip() else {}
-            if record.get("em"):
-                solved.add(str(record["id"]))
+    solved = {str(r["id"]) for r in results.records if r["em"]}  # resumed records included
     kept = [r for r in candidates if _key(r) in solved]
     summary = {"candidates": len(candidates), "solved": len(kept), "solve_rate": len(kept) / len(candidates)}
     return kept, summary
