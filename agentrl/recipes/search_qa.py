@@ -16,7 +16,8 @@ rl_pool    of those, the ones the warm start solves when sampled once (``recipes
 rl_full    GRPO from the SFT model on Ray, full fine-tuning
 rl_lora    the same with LoRA adapters (``actor.lora.rank``)
 dense_idx  the dense index (``dense_index``: for the RAG-dense baseline only)
-eval       every model on the held-out sets, one phase per cell (``search_qa_eval``)
+eval       every model on the held-out sets, one phase per cell (``search_qa_eval``); ``eval-<cell>``
+           names one cell alone (``--only eval-rl_full``)
 =========  ================================================================================
 """
 
@@ -33,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FULL", "PHASES", "TINY", "RecipeProfile", "run_phases"]
+from agentrl.recipes.search_qa_eval import CELLS
+
+__all__ = ["EVAL_CELL_PHASES", "FULL", "PHASES", "TINY", "RecipeProfile", "run_phases"]
 
 PHASES = (
     "split",
@@ -48,6 +51,8 @@ PHASES = (
     "dense_index",
     "eval",
 )
+# one held-out evaluation cell alone (``--only eval-rl_full``); ``eval`` runs every cell
+EVAL_CELL_PHASES = tuple(f"eval-{cell}" for cell in CELLS)
 
 
 @dataclass(frozen=True)
@@ -385,7 +390,7 @@ def run_eval_cells(
 ) -> None:
     """Phase ``eval``: each cell of ``search_qa_eval.CELLS`` whose model and index exist is its
     own phase (``eval-<cell>``), so a finished cell is never re-run."""
-    from agentrl.recipes.search_qa_eval import CELLS, evaluate_cells
+    from agentrl.recipes.search_qa_eval import evaluate_cells
 
     models = {name: result["model"] for name, result in done.items() if result and "model" in result}
     for cell, (phase, _, backend) in CELLS.items():
@@ -412,7 +417,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default="runs/search_qa")
     p.add_argument("--profile", choices=sorted(PROFILES), default="full")
     p.add_argument("--model", default=None, help="start from this HF directory instead of SmolLM2")
-    p.add_argument("--only", nargs="*", choices=PHASES, default=None, help="run only these phases now")
+    p.add_argument(
+        "--only",
+        nargs="*",
+        choices=PHASES + EVAL_CELL_PHASES,
+        default=None,
+        help="run only these phases now (eval-<cell>: one evaluation cell)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     run_phases(

@@ -5,10 +5,11 @@ LoRA on Ray, held-out evaluation of every model), on a nano model, then a resume
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
-from agentrl.recipes.search_qa import TINY, run_phases
+from agentrl.recipes.search_qa import TINY, main, run_phases
 from agentrl.recipes.search_qa_eval import BEGIN, END, paired_gains, plot_curves, results_rows, write_results
 from agentrl.recipes.split import check_disjoint
 
@@ -107,3 +108,16 @@ def test_the_results_block_and_curves_are_written_from_the_run(run, tmp_path):
     assert "STALE BLOCK" not in text and text.startswith("# Results\n\nintro") and text.endswith("after\n")
     assert "| rl_lora |" in block and "EM of `rl_full` − `sft`" in block
     assert plot_curves(out, tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_the_command_line_can_rerun_one_evaluation_cell_alone(run, shared_data, tiny_model_dir):
+    out, _ = run
+    (out / "phases" / "eval-rl_lora.json").unlink()
+    shutil.rmtree(out / "eval" / "rl_lora")
+    others = {p.name: p.stat().st_mtime_ns for p in (out / "phases").iterdir()}
+    argv = ["--data-dir", str(shared_data), "--out", str(out), "--profile", "tiny"]
+    assert main([*argv, "--model", str(tiny_model_dir), "--only", "eval-rl_lora"]) == 0
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "phases").iterdir()}
+    assert after.pop("eval-rl_lora.json") and after == others
+    rows = [r for r in results_rows(out) if r["system"] == "rl_lora"]
+    assert len(rows) == 4 and all(r["n"] == TINY.heldout_limit for r in rows)
