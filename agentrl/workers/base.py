@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,23 @@ from agentrl.seeding import rng_state, seed_everything, set_rng_state
 
 STRATEGIES = ("dp", "fsdp")  # dp: full replicas, gradients summed; fsdp: FSDP2 shards (models/sharding.py)
 DEVICES = ("cpu", "cuda")
+
+
+def process_memory_gib() -> dict[str, float]:
+    """This process's memory after an update, in GiB: ``rss`` now and ``peak_rss`` since it
+    started (host memory; a worker that hosts its rollout engine counts the engine too), and on
+    CUDA the peak allocated by torch. A growing ``rss`` over steps is how a leak or allocator
+    fragmentation shows before the node runs out of memory."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    memory = {"peak_rss_gib": peak / (2**30 if sys.platform == "darwin" else 2**20)}
+    statm = Path("/proc/self/statm")  # Linux: pages of resident memory, the second field
+    if statm.exists():
+        memory["rss_gib"] = int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+        # the kernel updates the high-water mark lazily: it can trail the current value
+        memory["peak_rss_gib"] = max(memory["peak_rss_gib"], memory["rss_gib"])
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        memory["cuda_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return memory
 
 
 @dataclass(frozen=True)
@@ -203,7 +222,7 @@ class TrainableWorker(ModelWorker):
         self.scheduler.step()
         summary = {name: float(np.mean(values)) for name, values in history.items()}
         summary[f"{metric_prefix}/lr"] = self.optimizer.param_groups[0]["lr"]
-        return summary
+        return summary | {f"{metric_prefix}/{name}": value for name, value in process_memory_gib().items()}
 
     # --- checkpoints ----------------------------------------------------------------
 
