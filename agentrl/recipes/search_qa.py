@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentrl.recipes.search_qa_eval import CELLS
+from agentrl.recipes.search_qa_eval import CELLS, evaluate_cells
 
 __all__ = ["EVAL_CELL_PHASES", "FULL", "PHASES", "TINY", "RecipeProfile", "run_phases"]
 
@@ -390,7 +390,6 @@ def run_eval_cells(
 ) -> None:
     """Phase ``eval``: each cell of ``search_qa_eval.CELLS`` whose model and index exist is its
     own phase (``eval-<cell>``), so a finished cell is never re-run."""
-    from agentrl.recipes.search_qa_eval import evaluate_cells
 
     models = {name: result["model"] for name, result in done.items() if result and "model" in result}
     for cell, (phase, _, backend) in CELLS.items():
