@@ -237,6 +237,22 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
     if not rollout.val_greedy and rollout.temperature <= 0:
         problems.append(f"config key 'actor.rollout.temperature' must be > 0, got {rollout.temperature}")
     _check_lora(cfg, problems)
+    _check_best(cfg, problems)
+
+
+def _check_best(cfg: ExperimentConfig, problems: list[str]) -> None:
+    trainer = cfg.trainer
+    if trainer.keep_best_by is None:
+        return
+    if not trainer.keep_best_by.startswith("val/"):
+        problems.append(
+            f"config key 'trainer.keep_best_by' must name a validation metric (val/<source>/<metric>, "
+            f"e.g. val/all/f1), got '{trainer.keep_best_by}'"
+        )
+    if trainer.test_freq <= 0 or not cfg.data.val_files:
+        problems.append(
+            "trainer.keep_best_by needs validation during training: trainer.test_freq >= 1 and data.val_files"
+        )
 
 
 def _check_lora(cfg: ExperimentConfig, problems: list[str]) -> None:

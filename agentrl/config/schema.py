@@ -200,6 +200,10 @@ class TrainerConfig:
     test_freq: int = 0  # <= 0 disables validation during training
     val_before_train: bool = False
     max_ckpt_to_keep: int = 2
+    # A validation metric (e.g. val/all/f1, higher is better): every validation step also saves a
+    # checkpoint, the best one by this metric survives pruning, and train_to_policy returns it.
+    # null: the last checkpoint is the result. Resuming always starts from the last one.
+    keep_best_by: str | None = None
     resume_mode: str = "auto"  # auto | disable | a checkpoint directory
     logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
     device: str = "cpu"  # cpu | cuda

@@ -21,9 +21,12 @@ bootstrap over the same questions (``agentrl.eval.stats.paired_bootstrap``).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 __all__ = [
     "CELLS",
@@ -32,6 +35,7 @@ __all__ = [
     "paired_gains",
     "plot_curves",
     "render_results",
+    "rl_timing",
     "results_rows",
     "write_results",
 ]
@@ -164,11 +168,54 @@ def paired_gains(out: Path, a: str, b: str, metric: str = "em") -> dict[str, tup
 BEGIN, END = "<!-- trained:begin -->", "<!-- trained:end -->"
 
 
-def _rl_timing(out: Path, name: str) -> dict[str, float] | None:
-    times = [m["timing_s/step"] for m in _jsonl(out / name / "metrics.jsonl") if "timing_s/step" in m]
-    if not times:
+TIMING_COLUMNS = (  # (metric in the RL run's metrics.jsonl, column of the LoRA-vs-full table)
+    ("timing_s/step", "s / step"),
+    ("timing_s/gen", "rollout s"),
+    ("timing_s/old_log_prob", "old log-prob s"),
+    ("timing_s/update_actor", "update s"),
+    ("throughput/tokens_per_s", "tokens / s"),
+)
+
+
+def rl_timing(out: Path, name: str) -> dict[str, float] | None:
+    """Medians over the run's steps of each :data:`TIMING_COLUMNS` metric (a median, so the few
+    steps that shared the cores with something else do not set the figure), the step count and
+    the actor's peak resident memory; None before the run has a step."""
+    steps = [m for m in _jsonl(out / name / "metrics.jsonl") if "timing_s/step" in m]
+    if not steps:
         return None
-    return {"steps": len(times), "s_per_step": sum(times) / len(times)}
+    timing = {"steps": float(len(steps))}
+    for key, _ in TIMING_COLUMNS:
+        values = [m[key] for m in steps if key in m]
+        timing[key] = float(np.median(values)) if values else float("nan")
+    rss = [m["actor/peak_rss_gib"] for m in steps if "actor/peak_rss_gib" in m]
+    timing["actor/peak_rss_gib"] = max(rss) if rss else float("nan")
+    return timing
+
+
+def _timing_table(out: Path, rows: list[dict]) -> list[str]:
+    timing = {name: rl_timing(out, name) for name in ("rl_full", "rl_lora")}
+    if not any(timing.values()):
+        return []
+    heads = [column for _, column in TIMING_COLUMNS]
+    lines = [
+        "",
+        "| RL | steps | " + " | ".join(heads) + " | peak actor RSS GiB | NQ EM | HotpotQA EM |",
+        "|---|" + "---:|" * (len(heads) + 4),
+    ]
+    by_cell = {(r["system"], r["dataset"]): r for r in rows}
+    for name, t in timing.items():
+        if t is None:
+            continue
+        figures = [t[key] for key, _ in TIMING_COLUMNS] + [t["actor/peak_rss_gib"]]
+        figures += [by_cell.get((name, d), {}).get("em", float("nan")) for d in ("nq", "hotpotqa")]
+        cells = " | ".join("–" if math.isnan(x) else f"{x:.3f}" if x < 1 else f"{x:.1f}" for x in figures)
+        lines.append(f"| {name} | {int(t['steps'])} | {cells} |")
+    lines.append("")
+    lines.append(
+        "Timings are medians over the steps (seconds; tokens / s counts prompt and response tokens)."
+    )
+    return lines
 
 
 def render_results(out: Path) -> str:
@@ -184,15 +231,7 @@ def render_results(out: Path) -> str:
                 f"{name} {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for name, (d, lo, hi, _) in gains.items()
             )
             lines.append(f"- EM of `{a}` − `{b}` (paired bootstrap, 95%): {cells}")
-    timing = {name: _rl_timing(out, name) for name in ("rl_full", "rl_lora")}
-    if any(timing.values()):
-        lines += ["", "| RL | steps | s / step | NQ EM | HotpotQA EM |", "|---|---:|---:|---:|---:|"]
-        by_cell = {(r["system"], r["dataset"]): r for r in rows}
-        for name, t in timing.items():
-            if t:
-                em = [by_cell.get((name, d), {}).get("em") for d in ("nq", "hotpotqa")]
-                ems = " | ".join("–" if e is None else f"{e:.3f}" for e in em)
-                lines.append(f"| {name} | {t['steps']} | {t['s_per_step']:.0f} | {ems} |")
+    lines += _timing_table(out, rows)
     lines += ["", END]
     return "\n".join(lines)
 

@@ -4,6 +4,9 @@ A checkpoint is written into ``<run_dir>/checkpoints/.step_N.partial`` and renam
 ``step_N`` only after every role wrote its part and ``COMPLETE`` was written last, so a
 process killed mid-save leaves a ``.partial`` directory that resume ignores (and the
 next save removes), never a directory that looks complete but is not.
+
+A checkpoint may carry a ``score`` (a validation metric, higher is better) in its ``COMPLETE``
+record; pruning then keeps the best-scored one besides the last ``keep_last``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ class CheckpointManager:
         return path
 
     def commit(self, partial: Path, step: int, info: dict) -> Path:
-        """Seal ``partial`` as the checkpoint of ``step`` and prune old ones."""
+        """Seal ``partial`` as the checkpoint of ``step`` and prune old ones. ``info["score"]``,
+        when present, is what ``best()`` ranks by."""
         (partial / COMPLETE_MARKER).write_text(json.dumps({"step": step, **info}) + "\n")
         _fsync_dir(partial)
         final = self.root / f"step_{step}"
@@ -57,11 +61,27 @@ class CheckpointManager:
         complete = self.complete_checkpoints()
         return complete[-1][1] if complete else None
 
+    def best(self) -> Path | None:
+        """The checkpoint with the highest score (the later one on a tie); None when none has one."""
+        scored = [
+            (score, step, path)
+            for step, path in self.complete_checkpoints()
+            if (score := _score(path)) is not None
+        ]
+        return max(scored)[2] if scored else None
+
     def _prune(self) -> None:
+        best = self.best()
         for _, path in self.complete_checkpoints()[: -self.keep_last]:
-            shutil.rmtree(path, ignore_errors=True)
+            if path != best:
+                shutil.rmtree(path, ignore_errors=True)
         for stale in self.root.glob(".step_*.partial"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def _score(checkpoint: Path) -> float | None:
+    score = json.loads((checkpoint / COMPLETE_MARKER).read_text()).get("score")
+    return None if score is None else float(score)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -153,15 +153,18 @@ class PPOTrainer:
                     metrics, ahead = self.off_policy_step(ahead)
                 else:
                     metrics = self.train_step(self.loader.next_batch())
-                if self._due(trainer.test_freq) and self.val_data is not None:
+                validated = self._due(trainer.test_freq) and self.val_data is not None
+                if validated:
                     if ahead is not None:
                         ahead.result()  # the actor's engine serves one rollout at a time
                     metrics |= self.validate()
                 tracker.log(metrics, self.global_step)
                 progress.update(1)
-                if self._due(trainer.save_freq) or self.finished(ahead):
+                ranked = validated and trainer.keep_best_by is not None
+                if self._due(trainer.save_freq) or self.finished(ahead) or ranked:
                     # A rollout in flight is not saved: a resumed run draws its prompts again.
-                    self.save_checkpoint(ahead.loader_state if ahead is not None else None)
+                    score = self.best_score(metrics) if ranked else None
+                    self.save_checkpoint(ahead.loader_state if ahead is not None else None, score)
             progress.close()
         finally:
             tracker.close()
@@ -391,8 +394,17 @@ class PPOTrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
 
-    def save_checkpoint(self, loader_state: dict | None = None) -> Path:
-        """``loader_state``: where a resumed run draws prompts from (default: the loader now)."""
+    def best_score(self, metrics: dict[str, float]) -> float:
+        """This step's value of ``trainer.keep_best_by``, the rank of its checkpoint."""
+        key = self.config.trainer.keep_best_by
+        if key not in metrics:
+            found = sorted(k for k in metrics if k.startswith("val/"))
+            raise KeyError(f"trainer.keep_best_by='{key}' is not a validation metric; this run has {found}")
+        return metrics[key]
+
+    def save_checkpoint(self, loader_state: dict | None = None, score: float | None = None) -> Path:
+        """``loader_state``: where a resumed run draws prompts from (default: the loader now);
+        ``score``: the checkpoint's rank under ``trainer.keep_best_by``."""
         partial = self.checkpoints.partial_dir(self.global_step)
         self.roles.actor.run_all("save_checkpoint", str(partial))
         if self.use_critic:
@@ -406,9 +418,10 @@ class PPOTrainer:
             },
             partial / "trainer_state.pt",
         )
-        return self.checkpoints.commit(
-            partial, self.global_step, {"experiment": self.config.trainer.experiment_name}
-        )
+        info: dict = {"experiment": self.config.trainer.experiment_name}
+        if score is not None:
+            info |= {"score": score, "score_metric": self.config.trainer.keep_best_by}
+        return self.checkpoints.commit(partial, self.global_step, info)
 
     def resume(self) -> None:
         mode = self.config.trainer.resume_mode
@@ -434,13 +447,15 @@ class PPOTrainer:
 
 def train_to_policy(config: ExperimentConfig) -> Path:
     """Run ``fit()`` on a fresh trainer, then release its workers and Ray (whatever happened);
-    returns the last checkpoint's policy directory (``…/actor``), what evaluation reads."""
+    returns the policy directory (``…/actor``) evaluation reads: the best checkpoint's under
+    ``trainer.keep_best_by``, else the last one's."""
     import ray
 
     trainer = PPOTrainer(config)
     try:
         trainer.fit()
-        final = trainer.checkpoints.latest()
+        ranked = trainer.checkpoints.best() if config.trainer.keep_best_by else None
+        final = ranked or trainer.checkpoints.latest()
     finally:
         trainer.shutdown()
         if ray.is_initialized():

@@ -85,6 +85,20 @@ def test_rule_checks(model_dir, tmp_path):
         load_config("nope", [])
 
 
+def test_keeping_the_best_checkpoint_needs_a_validation_metric_and_validation(model_dir, tmp_path):
+    val = tmp_path / "val.jsonl"
+    val.write_text("{}\n")
+    base = [f"actor.model_path={model_dir}", f"data.val_files=[{val}]", "trainer.test_freq=2"]
+    cfg = load_config("grpo", [*base, "trainer.keep_best_by=val/all/f1"])
+    assert cfg.trainer.keep_best_by == "val/all/f1"
+    with pytest.raises(ConfigError, match=r"'trainer\.keep_best_by' must name a validation metric.*got 'f1'"):
+        load_config("grpo", [*base, "trainer.keep_best_by=f1"])
+    with pytest.raises(
+        ConfigError, match=r"keep_best_by needs validation during training: trainer\.test_freq >= 1"
+    ):
+        load_config("grpo", [*base, "trainer.test_freq=0", "trainer.keep_best_by=val/all/em"])
+
+
 def test_tensor_parallel_rollout_needs_vllm_and_enough_gpus_per_rank(model_dir):
     base = [f"actor.model_path={model_dir}", "actor.rollout.tensor_parallel_size=2"]
     with pytest.raises(ConfigError, match=r"tensor_parallel_size=2 needs a vLLM engine"):

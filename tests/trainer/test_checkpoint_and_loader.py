@@ -28,6 +28,18 @@ def test_only_sealed_checkpoints_count_and_old_ones_are_pruned(tmp_path):
     assert not crashed.exists(), "a later save cleans up the crashed partial"
 
 
+def test_the_best_scored_checkpoint_survives_pruning_and_ties_go_to_the_later_step(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=1)
+    for step, score in ((2, 0.10), (4, 0.30), (6, None), (8, 0.20), (10, 0.30), (12, 0.25)):
+        partial = manager.partial_dir(step)
+        manager.commit(partial, step, {} if score is None else {"score": score})
+    assert manager.best().name == "step_10", "0.30 twice: the later step, trained longer, wins"
+    assert [s for s, _ in manager.complete_checkpoints()] == [10, 12], "the last one and the best one"
+    unscored = CheckpointManager(tmp_path / "plain", keep_last=1)
+    unscored.commit(unscored.partial_dir(1), 1, {})
+    assert unscored.best() is None, "without scores there is no best: the caller takes latest()"
+
+
 def test_loader_resumes_at_the_exact_position_across_epochs():
     items = list(range(10))
     straight = StatefulLoader(items, batch_size=3, seed=7)

@@ -110,11 +110,14 @@ def test_ppo_three_steps_logs_finite_metrics_and_trains_only_the_actor(search_wo
     )
 
 
-def test_grpo_three_steps_builds_no_critic(search_world, tmp_path):
+def test_grpo_three_steps_builds_no_critic_and_keeps_its_best_validated_checkpoint(search_world, tmp_path):
     run_dir = tmp_path / "grpo"
+    ranked = {"trainer.test_freq": 1, "trainer.keep_best_by": "val/all/f1", "trainer.max_ckpt_to_keep": 1}
     trainer, before, after = run(
         "grpo",
-        search_world.overrides(run_dir, steps=3, **{"actor.rollout.n": 2, "actor.update.mini_batch_size": 8}),
+        search_world.overrides(
+            run_dir, steps=3, **{"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, **ranked}
+        ),
     )
     assert trainer.roles.critic is None and trainer.roles.reference is not None
     rows = read_metrics(run_dir)
@@ -125,6 +128,14 @@ def test_grpo_three_steps_builds_no_critic(search_world, tmp_path):
         assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
         assert "actor/kl_loss" in row  # grpo preset: KL as a loss term
     assert after["reference"] == before["reference"] and after["actor"] != before["actor"]
+    # save_freq=0, yet each validated step saved a checkpoint ranked by its own val/all/f1
+    f1 = {row["step"]: row["val/all/f1"] for row in rows}
+    best_step = max(f1, key=lambda step: (f1[step], step))
+    kept = trainer.checkpoints.complete_checkpoints()
+    assert [step for step, _ in kept] == sorted({best_step, 3}), "the best one and the last one"
+    for step, path in kept:
+        assert json.loads((path / "COMPLETE").read_text())["score"] == f1[step]
+    assert trainer.checkpoints.best().name == f"step_{best_step}"
 
 
 def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_importance_weights(
@@ -247,19 +258,23 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_w
     args = search_world.overrides(run_dir, steps=3, **{"trainer.save_freq": 1, **strategy})
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     script = REPO / "tests" / "support" / "slow_checkpoint_trainer.py"
-    proc = subprocess.Popen(
-        [sys.executable, str(script), "2", "60", "--preset", "ppo", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    log = tmp_path / "killed_trainer.log"  # twice a silent child hid a TypeError: keep its words
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), "2", "60", "--preset", "ppo", *args],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     partial = run_dir / "checkpoints" / ".step_2.partial"
     deadline = time.monotonic() + 240
     try:
         while not (partial / "actor").exists():
-            assert proc.poll() is None, "trainer exited before the second checkpoint"
+            if proc.poll() is not None:
+                tail = log.read_text(errors="replace")[-3000:]
+                pytest.fail(f"trainer exited ({proc.returncode}) before the second checkpoint:\n{tail}")
             assert time.monotonic() < deadline, "the second checkpoint write never started"
             time.sleep(0.2)
     finally:
