@@ -238,6 +238,31 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(f"config key 'actor.rollout.temperature' must be > 0, got {rollout.temperature}")
     _check_lora(cfg, problems)
     _check_best(cfg, problems)
+    _check_skip_old_log_prob(cfg, problems)
+
+
+def _check_skip_old_log_prob(cfg: ExperimentConfig, problems: list[str]) -> None:
+    """π_old may be the update's own detached forward only if nothing moves the weights before it
+    and nothing reads π_old before the update."""
+    actor = cfg.actor
+    if not actor.skip_old_log_prob:
+        return
+    trajectories = cfg.data.train_batch_size * actor.rollout.n
+    reasons = []
+    if actor.update.epochs != 1:
+        reasons.append(f"actor.update.epochs={actor.update.epochs} (needs 1)")
+    if actor.update.mini_batch_size < trajectories:
+        reasons.append(
+            f"actor.update.mini_batch_size={actor.update.mini_batch_size} splits a step's {trajectories} "
+            "trajectories into several optimiser steps (needs >= data.train_batch_size × actor.rollout.n)"
+        )
+    if cfg.trainer.one_step_off_policy:
+        reasons.append("trainer.one_step_off_policy=true (its importance weights need π_old)")
+    if cfg.algorithm.use_kl_in_reward:
+        reasons.append("algorithm.use_kl_in_reward=true (the reward's KL reads π_old before the update)")
+    if reasons:
+        needs = "actor.skip_old_log_prob=true needs a single on-policy optimiser step: "
+        problems.append(needs + "; ".join(reasons))
 
 
 def _check_best(cfg: ExperimentConfig, problems: list[str]) -> None:

@@ -123,6 +123,11 @@ class ActorConfig:
     kl_loss_coef: float = 0.001
     kl_loss_type: str = "low_var_kl"
     loss_agg_mode: str = "token-mean"
+    # When a step's update is one optimiser step on fresh samples (update.epochs 1, one mini-batch,
+    # on-policy, no KL in the reward), π_old is the update's own forward, detached: the ratio is 1
+    # and the gradient is unchanged, so the separate no-grad log-prob pass over the batch (a fifth
+    # of a CPU step) is skipped. The config check refuses it where π_old would differ.
+    skip_old_log_prob: bool = False
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
 

@@ -71,10 +71,11 @@ def step_metrics(batch: Batch, use_critic: bool) -> dict[str, float]:
         "reward/kl_penalized/mean": float(batch["token_level_rewards"].sum(-1).mean()),
         "advantages/mean": float(masked_mean(batch["advantages"], mask)),
         "returns/mean": float(masked_mean(batch["returns"], mask)),
-        "rollout/logprob_diff": float(
-            masked_mean((batch["old_log_probs"] - batch["rollout_log_probs"]).abs(), mask)
-        ),
     }
+    if "old_log_probs" in batch:  # else (actor.skip_old_log_prob) the actor's update reports it
+        metrics["rollout/logprob_diff"] = float(
+            masked_mean((batch["old_log_probs"] - batch["rollout_log_probs"]).abs(), mask)
+        )
     if use_critic:
         metrics["critic/values/mean"] = float(masked_mean(batch["values"], mask))
     return metrics
@@ -206,8 +207,9 @@ class PPOTrainer:
             rollout.trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer
         )
         # Stage 2: make training data
-        with timer("old_log_prob"):
-            batch["old_log_probs"] = self.roles.actor.run_sharded("compute_log_prob", batch)
+        if not self.config.actor.skip_old_log_prob:  # else π_old is the update's own forward
+            with timer("old_log_prob"):
+                batch["old_log_probs"] = self.roles.actor.run_sharded("compute_log_prob", batch)
         if self.use_critic:
             with timer("values"):
                 batch["values"] = self.roles.critic.run_sharded("compute_values", batch)
@@ -234,6 +236,8 @@ class PPOTrainer:
             )
         # Stage 3: update
         update_metrics = self.update(batch, timer)
+        if "actor/logprob_diff" in update_metrics:  # measured on the update's forward: one name for it
+            update_metrics["rollout/logprob_diff"] = update_metrics.pop("actor/logprob_diff")
         metrics = step_metrics(batch, self.use_critic) | reward_metrics | kl_metrics | tis_metrics
         return batch, metrics | update_metrics
 
@@ -269,7 +273,7 @@ class PPOTrainer:
     def apply_kl_penalty(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         """token_level_rewards = scores − β · KL(π_old ‖ π_ref) per model token (when KL is in the reward)."""
         metrics = {"kl/coef": self.kl_ctrl.value}
-        if not self.use_reference:
+        if not self.use_reference or "old_log_probs" not in batch:  # skipped: the KL loss reports it
             return batch["token_level_scores"], metrics
         algo, mask = self.config.algorithm, batch["response_mask"]
         rewards, kl = kl_in_reward(

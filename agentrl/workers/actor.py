@@ -250,9 +250,11 @@ class ActorWorker(PolicyWorker, TrainableWorker):
                 chunk_tokens=actor.update.logit_chunk_tokens,
                 packed=actor.update.pack_sequences,
             )
+        # actor.skip_old_log_prob: one on-policy optimiser step, so π_old is this very forward
+        old_log_probs = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
         pg_loss, metrics = policy_loss(
             log_probs,
-            micro["old_log_probs"],
+            old_log_probs,
             micro["advantages"],
             mask,
             clip_low=actor.clip_ratio_low,
@@ -274,7 +276,10 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             kl_loss = agg_loss(kl, mask, actor.loss_agg_mode, norm)
             loss = loss + actor.kl_loss_coef * kl_loss
             metrics["kl_loss"] = kl_loss.detach()
-        metrics["approx_kl_to_rollout"] = masked_mean(micro["old_log_probs"] - log_probs.detach(), mask)
+        metrics["approx_kl_to_rollout"] = masked_mean(old_log_probs - log_probs.detach(), mask)
+        if "old_log_probs" not in micro:  # the engine-vs-trainer gap the skipped pass would have shown
+            gap = (log_probs.detach() - micro["rollout_log_probs"]).abs()
+            metrics["logprob_diff"] = masked_mean(gap, mask)
         return loss, metrics
 
     def update_actor(self, batch: Batch) -> dict[str, float]:

@@ -99,6 +99,25 @@ def test_keeping_the_best_checkpoint_needs_a_validation_metric_and_validation(mo
         load_config("grpo", [*base, "trainer.test_freq=0", "trainer.keep_best_by=val/all/em"])
 
 
+def test_skipping_the_old_log_prob_pass_is_refused_wherever_pi_old_would_differ(model_dir):
+    # grpo preset: 8 prompts x 5 samples a step
+    one_step = [
+        f"actor.model_path={model_dir}",
+        "actor.skip_old_log_prob=true",
+        "actor.update.mini_batch_size=40",
+    ]
+    assert load_config("grpo", one_step).actor.skip_old_log_prob
+    refused = {
+        "actor.update.epochs=2": r"actor\.update\.epochs=2 \(needs 1\)",
+        "actor.update.mini_batch_size=16": r"mini_batch_size=16 splits a step's 40 trajectories",
+        "trainer.one_step_off_policy=true": r"trainer\.one_step_off_policy=true",
+        "algorithm.use_kl_in_reward=true": r"algorithm\.use_kl_in_reward=true",
+    }
+    for override, reason in refused.items():
+        with pytest.raises(ConfigError, match=r"actor\.skip_old_log_prob=true needs .*" + reason):
+            load_config("grpo", [*one_step, override])
+
+
 def test_tensor_parallel_rollout_needs_vllm_and_enough_gpus_per_rank(model_dir):
     base = [f"actor.model_path={model_dir}", "actor.rollout.tensor_parallel_size=2"]
     with pytest.raises(ConfigError, match=r"tensor_parallel_size=2 needs a vLLM engine"):

@@ -110,20 +110,22 @@ def test_ppo_three_steps_logs_finite_metrics_and_trains_only_the_actor(search_wo
     )
 
 
-def test_grpo_three_steps_builds_no_critic_and_keeps_its_best_validated_checkpoint(search_world, tmp_path):
+def test_grpo_three_steps_builds_no_critic_skips_the_old_log_prob_pass_and_keeps_its_best_checkpoint(
+    search_world, tmp_path
+):
     run_dir = tmp_path / "grpo"
     ranked = {"trainer.test_freq": 1, "trainer.keep_best_by": "val/all/f1", "trainer.max_ckpt_to_keep": 1}
-    trainer, before, after = run(
-        "grpo",
-        search_world.overrides(
-            run_dir, steps=3, **{"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, **ranked}
-        ),
-    )
+    # 4 prompts x 2 samples = one mini-batch of 8: one on-policy optimiser step, so π_old is the update's
+    one_step = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "actor.skip_old_log_prob": True}
+    trainer, before, after = run("grpo", search_world.overrides(run_dir, steps=3, **one_step, **ranked))
     assert trainer.roles.critic is None and trainer.roles.reference is not None
     rows = read_metrics(run_dir)
     assert len(rows) == 3
     for row in rows:
-        assert not [k for k in REQUIRED_METRICS if k not in row]
+        assert not [k for k in REQUIRED_METRICS if k not in row and k != "timing_s/old_log_prob"]
+        assert "timing_s/old_log_prob" not in row and "actor/logprob_diff" not in row
+        assert row["rollout/logprob_diff"] < 1e-3, "measured on the update's forward instead"
+        assert row["actor/ppo_kl"] == 0 and row["actor/pg_clipfrac"] == 0  # the ratio is exactly 1
         assert not [k for k in row if k.startswith("critic/")], "a critic-free run logs no critic/* metric"
         assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
         assert "actor/kl_loss" in row  # grpo preset: KL as a loss term

@@ -12,9 +12,11 @@ from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 from agentrl.config import load_config
 from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
+from agentrl.core.masked import masked_mean
 from agentrl.models.forward import policy_forward
 from agentrl.workers.actor import ActorWorker
 from agentrl.workers.base import RunContext
+from tests.support.actor_ranks import actor_section, context, ppo_batch
 
 
 def rollout_batch(vocab_size: int, pad_token_id: int, rows: int = 4, seed: int = 0) -> Batch:
@@ -111,3 +113,26 @@ def test_the_entropy_metric_is_the_mean_over_model_tokens_whatever_the_loss_aggr
             assert metrics["entropy"].item() == pytest.approx(per_token.item(), rel=1e-5), mode
     finally:
         actor.actor = original
+
+
+def test_skipping_the_old_log_prob_pass_leaves_a_single_on_policy_update_unchanged(tiny_model_dir):
+    # One optimiser step on fresh samples: π_old = π_θ, so the update's own detached forward can
+    # stand in for the no-grad pass (actor.skip_old_log_prob) without changing the step.
+    section = actor_section(str(tiny_model_dir))
+    section = replace(section, update=replace(section.update, micro_batch_size=4))
+    workers = [ActorWorker(section, context("dp")) for _ in range(2)]
+    drawn = ppo_batch(workers[0].model.config.vocab_size)
+    drawn["rollout_log_probs"] = drawn["old_log_probs"]  # the engine's, off the trainer's
+    batch = drawn.select(*sorted(set(drawn.keys()) - {"old_log_probs"}))
+    mask = batch["response_mask"]
+    with_pass = batch.select(*batch.keys())
+    with_pass["old_log_probs"] = workers[0].compute_log_prob(batch)
+    expected_diff = masked_mean((with_pass["old_log_probs"] - batch["rollout_log_probs"]).abs(), mask)
+    metrics = [workers[0].update_actor(with_pass), workers[1].update_actor(batch)]
+    skipped = workers[1].model.state_dict()
+    for name, tensor in workers[0].model.state_dict().items():
+        torch.testing.assert_close(skipped[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
+    assert metrics[1]["actor/logprob_diff"] == pytest.approx(expected_diff.item(), rel=1e-5)
+    assert "actor/logprob_diff" not in metrics[0]
+    assert metrics[1]["actor/pg_loss"] == pytest.approx(metrics[0]["actor/pg_loss"], rel=1e-5)
+    assert metrics[0]["actor/grad_norm"] > 0, "the step must move the weights for the comparison to count"

