@@ -113,7 +113,7 @@ TINY = RecipeProfile(
         "actor.update.micro_batch_size": 4,
         "actor.compute_dtype": "float32",
         "trainer.total_steps": 2,
-        "trainer.test_freq": 0,
+        "trainer.test_freq": 1,  # validates each step, so the best checkpoint is picked as in full
         "trainer.val_before_train": False,
         "resources.num_cpus": 2,
     },
@@ -289,7 +289,7 @@ def rl_config(
         **(
             {"data.train_files": f"[{data['rl_train']}]", "data.val_files": f"[{data['rl_val']}]"}
             if data
-            else {}
+            else {"trainer.keep_best_by": "null"}  # no validation split yet to rank checkpoints by
         ),
         "actor.rollout.tools": tools,
         "trainer.run_dir": str(out / name),

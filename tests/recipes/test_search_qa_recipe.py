@@ -70,7 +70,10 @@ def test_sft_then_full_and_lora_rl_each_leave_a_model(run):
     for name in ("rl_full", "rl_lora"):
         metrics = records(out / name / "metrics.jsonl")
         assert len([m for m in metrics if "timing_s/step" in m]) == 2, name
-        assert (out / name).is_dir()
+        # the phase's model is the checkpoint with the best validation F1 (the later one on a tie)
+        f1 = {m["step"]: m["val/all/f1"] for m in metrics if "val/all/f1" in m}
+        best = max(f1, key=lambda step: (f1[step], step))
+        assert (out / done[name]["model"]).parent.name == f"step_{best}", (name, f1)
     assert "lora" not in json.dumps(done["rl_full"])
     lora_actor = out / done["rl_lora"]["model"]
     assert (lora_actor / "adapter" / "adapter_model.safetensors").is_file()
