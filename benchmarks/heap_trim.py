@@ -98,18 +98,23 @@ def main() -> None:
                 else:
                     print(line, flush=True)
 
-    def summary(mode: str) -> tuple[float, float, float, float]:
+    def summary(mode: str) -> tuple[float, float, float, float, float]:
         rss, update = runs[mode]["rss"], runs[mode]["update"]
         growth = (rss[-1] - rss[1]) / (len(rss) - 2) if len(rss) > 2 else float("nan")
         trim = statistics.median(runs[mode]["trim"]) if runs[mode]["trim"] else 0.0
-        return statistics.mean(rss), growth, statistics.median(update), trim
+        return statistics.mean(rss), growth, statistics.median(update), statistics.mean(update), trim
 
-    base_rss, base_growth, base_update, _ = summary("no-trim")
-    print(f"\n{'mode':<10}{'mean rss GiB':>14}{'vs base':>9}{'+GiB/step':>11}{'update s':>10}{'trim s':>8}")
+    base_rss, _, _, base_mean, _ = summary("no-trim")
+    print(
+        f"\n{'mode':<10}{'mean rss GiB':>14}{'vs base':>9}{'+GiB/step':>11}"
+        f"{'update s median':>17}{'mean':>7}{'vs base':>9}{'trim s':>8}"
+    )
     for mode in runs:
-        rss, growth, update, trim = summary(mode)
-        print(f"{mode:<10}{rss:>14.2f}{rss / base_rss:>8.2f}x{growth:>11.3f}{update:>10.1f}{trim:>8.3f}")
-    print(f"(no trim: growth {base_growth:.3f} GiB/step, update median {base_update:.1f} s)")
+        rss, growth, median, mean, trim = summary(mode)
+        print(
+            f"{mode:<10}{rss:>14.2f}{rss / base_rss:>8.2f}x{growth:>11.3f}"
+            f"{median:>17.1f}{mean:>7.1f}{base_mean / mean:>8.2f}x{trim:>8.3f}"
+        )
 
 
 if __name__ == "__main__":
