@@ -248,8 +248,8 @@ def write_results(out: Path, doc: Path) -> str:
 
 
 def plot_curves(out: Path, path: Path) -> Path | None:
-    """SFT loss per step; per RL run the training reward per step and the validation EM (the
-    validation split, never the held-out questions). None when nothing was trained yet."""
+    """SFT loss per step; per RL run the training reward per step and the validation EM and F1
+    (the validation split, never the held-out questions). None when nothing was trained yet."""
     sft = _jsonl(out / "sft" / "sft_metrics.jsonl")
     runs = {name: _jsonl(out / name / "metrics.jsonl") for name in ("rl_full", "rl_lora")}
     if not sft and not any(runs.values()):
@@ -281,7 +281,15 @@ def plot_curves(out: Path, path: Path) -> Path | None:
                 marker="o",
                 label=f"{name}: validation EM",
             )
-    right.set(title="GRPO", xlabel="step", ylabel="EM")
+            right.plot(  # F1 moves where EM, one question in a hundred, cannot show it
+                [m["step"] for m in val],
+                [m["val/all/f1"] for m in val],
+                color=color,
+                marker="s",
+                linestyle="--",
+                label=f"{name}: validation F1",
+            )
+    right.set(title="GRPO", xlabel="step", ylabel="EM / F1")
     if right.lines:
         right.legend(fontsize=8)
     fig.tight_layout()
