@@ -4,13 +4,24 @@ LoRA on Ray, held-out evaluation of every model), on a nano model, then a resume
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 
 import pytest
 
+from agentrl.recipes import search_qa_report
 from agentrl.recipes.search_qa import TINY, main, run_phases
-from agentrl.recipes.search_qa_eval import BEGIN, END, paired_gains, plot_curves, results_rows, write_results
+from agentrl.recipes.search_qa_report import (
+    BEGIN,
+    END,
+    archive_run,
+    paired_gains,
+    plot_curves,
+    render_results,
+    results_rows,
+    write_results,
+)
 from agentrl.recipes.split import check_disjoint
 
 pytestmark = pytest.mark.slow  # Ray, two short RL runs, five evaluation cells: ~4 min
@@ -111,6 +122,30 @@ def test_the_results_block_and_curves_are_written_from_the_run(run, tmp_path):
     assert "STALE BLOCK" not in text and text.startswith("# Results\n\nintro") and text.endswith("after\n")
     assert "| rl_lora |" in block and "EM of `rl_full` − `sft`" in block
     assert plot_curves(out, tmp_path / "curves.png").stat().st_size > 1000
+
+
+def test_the_archive_renders_the_same_block_without_trajectories_and_merges_across_runs(run, tmp_path):
+    out, _ = run
+    archive = tmp_path / "archive"
+    archive_run(out, archive)
+    assert render_results(archive) == render_results(out)
+    assert paired_gains(archive, "rl_lora", "sft") == paired_gains(out, "rl_lora", "sft")
+    with gzip.open(archive / "eval" / "sft" / "scores.jsonl.gz", "rt", encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    assert "settings" in lines[0] and all("response" not in r and "question" not in r for r in lines[1:])
+    log = ("rl_full", "metrics.jsonl")
+    assert archive.joinpath(*log).read_bytes() == out.joinpath(*log).read_bytes()
+    # a later run that has only some cells replaces those and keeps the rest
+    later = tmp_path / "later"
+    shutil.copytree(out / "eval" / "direct", later / "eval" / "direct")
+    before = {p: p.read_bytes() for p in archive.rglob("*") if p.is_file()}
+    written = archive_run(later, archive)
+    direct = archive / "eval" / "direct"
+    assert written == [direct / "metrics.json", direct / "scores.jsonl.gz"]
+    assert {p: p.read_bytes() for p in archive.rglob("*") if p.is_file()} == before  # same scores, same bytes
+    doc = tmp_path / "results.md"
+    assert search_qa_report.main([str(later), "--archive", str(archive), "--doc", str(doc)]) == 0
+    assert "| rl_lora |" in doc.read_text()
 
 
 def test_the_command_line_can_rerun_one_evaluation_cell_alone(run, shared_data, tiny_model_dir):
