@@ -195,9 +195,16 @@ def write_results(out: Path, doc: Path) -> str:
     return block
 
 
-def plot_curves(out: Path, path: Path) -> Path | None:
-    """SFT loss per step; per RL run the training reward per step and the validation EM and F1
-    (the validation split, never the held-out questions). None when nothing was trained yet."""
+def _rolling_mean(values: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each position (fewer at the start)."""
+    return [float(np.mean(values[max(0, i + 1 - window) : i + 1])) for i in range(len(values))]
+
+
+def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
+    """Three panels: SFT loss per step; per RL run the training reward per step (faint) and its
+    ``window``-step rolling mean; per RL run the validation EM and F1 (the validation split,
+    never the held-out questions), on their own axis since they sit far below the training
+    reward. None when nothing was trained yet."""
     sft = _jsonl(out / "sft" / "sft_metrics.jsonl")
     runs = {name: _jsonl(out / name / "metrics.jsonl") for name in RL_RUNS}
     if not sft and not any(runs.values()):
@@ -207,39 +214,26 @@ def plot_curves(out: Path, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 3.6))
     left.plot([m["step"] for m in sft], [m["loss"] for m in sft], marker=".")
     left.set(title="SFT warm start", xlabel="optimiser step", ylabel="NLL of model tokens")
     for (name, steps), color in zip(runs.items(), ("tab:blue", "tab:orange"), strict=True):
         train = [m for m in steps if "reward/score/mean" in m]
         val = [m for m in steps if "val/all/em" in m]
         if train:
-            right.plot(
-                [m["step"] for m in train],
-                [m["reward/score/mean"] for m in train],
-                color=color,
-                alpha=0.5,
-                label=f"{name}: training reward",
-            )
+            x, reward = [m["step"] for m in train], [m["reward/score/mean"] for m in train]
+            middle.plot(x, reward, color=color, alpha=0.25, linewidth=1)
+            middle.plot(x, _rolling_mean(reward, window), color=color, label=f"{name} ({window}-step mean)")
         if val:
-            right.plot(
-                [m["step"] for m in val],
-                [m["val/all/em"] for m in val],
-                color=color,
-                marker="o",
-                label=f"{name}: validation EM",
-            )
-            right.plot(  # F1 moves where EM, one question in a hundred, cannot show it
-                [m["step"] for m in val],
-                [m["val/all/f1"] for m in val],
-                color=color,
-                marker="s",
-                linestyle="--",
-                label=f"{name}: validation F1",
-            )
-    right.set(title="GRPO", xlabel="step", ylabel="EM / F1")
-    if right.lines:
-        right.legend(fontsize=8)
+            x = [m["step"] for m in val]
+            right.plot(x, [m["val/all/em"] for m in val], color=color, marker="o", label=f"{name}: EM")
+            f1 = [m["val/all/f1"] for m in val]  # F1 moves where EM (1 question in 100) cannot
+            right.plot(x, f1, color=color, marker="s", linestyle="--", label=f"{name}: F1")
+    middle.set(title="GRPO: training reward (EM of the samples)", xlabel="step", ylabel="EM")
+    right.set(title="GRPO: validation (greedy)", xlabel="step", ylabel="EM / F1")
+    for ax in (middle, right):
+        if ax.lines and ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
