@@ -62,16 +62,11 @@ RL_RUNS = ("rl_full", "rl_lora")
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSONL file, gzipped when its name ends in ``.gz``; none if it is absent."""
     if not path.is_file():
         return []
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _scores_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -81,7 +76,7 @@ def _records(cell_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     from agentrl.eval.store import PREDICTIONS_FILE
 
     full = cell_dir / PREDICTIONS_FILE
-    lines = _jsonl(full) if full.is_file() else _scores_jsonl(cell_dir / SCORES_FILE)
+    lines = _jsonl(full) if full.is_file() else _jsonl(cell_dir / SCORES_FILE)
     return {(r["dataset"], str(r["id"])): r for r in lines if "em" in r}
 
 
