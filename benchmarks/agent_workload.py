@@ -1,0 +1,170 @@
+"""The search-agent workload the rollout benchmarks play: questions, a policy, and its shape.
+
+Real search-agent trajectories are ragged: some answer at once, some search three times, and a
+turn's thinking runs from a few tokens to the whole turn budget. A lock-step rollout waits for
+the slowest row of every turn, so a workload of identical trajectories would hide exactly the
+cost that scheduling is about. Two policies give such a workload:
+
+* a **trained search agent** (``--model DIR``, e.g. the recipe's SFT checkpoint
+  ``runs/search_qa/sft/model``) on the Search-R1 prompt: the trajectories are whatever that
+  policy really does;
+* a **tiny model shaped by demonstrations** (the default, built in seconds): it is fine-tuned on
+  demonstrations whose number of searches follows ``search_mix`` and whose thinking is 2 to
+  ``max_think_words`` words, so at temperature 1 it samples a mix of turn counts and lengths.
+
+Benchmarks run as scripts, so this module is imported as ``agent_workload``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+FALLBACK_QA = [
+    ("what is the capital of france", "Paris"),
+    ("who wrote pride and prejudice", "Jane Austen"),
+    ("when did apollo 11 land on the moon", "1969"),
+    ("what is the largest planet in the solar system", "Jupiter"),
+]
+DATASET_FILES = {"nq": "nq/test.jsonl", "hotpotqa": "hotpotqa/dev.jsonl", "triviaqa": "triviaqa/test.jsonl"}
+# Searches per demonstration: mean 1.5, close to what the trained agents here do (1.2-1.5)
+DEFAULT_SEARCH_MIX = "0:0.1,1:0.45,2:0.3,3:0.15"
+FILLER_TEXT = (
+    "i need to find out more about this first and then check the answer against what "
+    "the documents say since the question may refer to something else entirely"
+)
+
+
+def parse_search_mix(text: str) -> dict[int, float]:
+    """``"0:0.1,1:0.45"`` → ``{0: 0.1, 1: 0.45}``; the weights need not sum to one."""
+    mix: dict[int, float] = {}
+    for part in text.split(","):
+        try:
+            k, w = part.split(":")
+            mix[int(k)] = float(w)
+        except ValueError:
+            raise SystemExit(f"--search-mix: expected 'searches:weight,...', got {part!r}") from None
+    if not mix or min(mix) < 0 or min(mix.values()) < 0 or sum(mix.values()) <= 0:
+        raise SystemExit(f"--search-mix: searches and weights must be >= 0, some weight > 0; got {text!r}")
+    return mix
+
+
+def load_qa(datasets: Sequence[str], limit: int, seed: int) -> list[tuple[str, str, str]]:
+    """``limit`` (dataset, question, answer) triples, alternating over ``datasets`` (seeded)."""
+    per: list[list[tuple[str, str, str]]] = []
+    for name in datasets:
+        if name not in DATASET_FILES:
+            raise SystemExit(f"--datasets: unknown {name!r}; choose from {sorted(DATASET_FILES)}")
+        path = SHARED / DATASET_FILES[name]
+        if not path.is_file():
+            continue
+        rows = [json.loads(line) for line in path.open()]
+        random.Random(seed).shuffle(rows)
+        per.append([(name, r["question"], r["golden_answers"][0]) for r in rows[:limit]])
+    if not per:  # no shared data on this machine
+        return [("nq", q, a) for q, a in (FALLBACK_QA * (limit // len(FALLBACK_QA) + 1))[:limit]]
+    mixed = [row for group in zip(*per, strict=False) for row in group]
+    return mixed[:limit]
+
+
+def _thought(rng: random.Random, question: str, max_words: int) -> str:
+    words = question.lower().split() + FILLER_TEXT.split()
+    return " ".join(rng.choice(words) for _ in range(rng.randint(2, max_words)))
+
+
+def demonstration(
+    question: str, answer: str, rng: random.Random, mix: dict[int, float], max_think_words: int
+) -> str:
+    """One trajectory: ``k`` searches (``k`` drawn from ``mix``), thinking of random length."""
+    searches = rng.choices(list(mix), weights=list(mix.values()))[0]
+    text = ""
+    for i in range(searches):
+        query = question if i == 0 else f"{answer if rng.random() < 0.5 else question} {i + 1}"
+        text += (
+            f"<think> {_thought(rng, question, max_think_words)} </think><search> {query} </search>\n\n"
+            f'<information>Doc 1(Title: "{answer}") {answer}.</information>\n\n'
+        )
+    return text + f"<think> {_thought(rng, question, max_think_words)} </think><answer> {answer} </answer>"
+
+
+def shape_tiny_model(
+    model_dir: Path,
+    prompts: Sequence[list[int]],
+    qa: Sequence[tuple[str, str, str]],
+    *,
+    steps: int,
+    mix: dict[int, float],
+    max_think_words: int,
+    seed: int,
+) -> None:
+    """Fine-tune the tiny model at ``model_dir`` on shaped demonstrations (loss on the response)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    examples = []  # (ids, number of prompt tokens); four shapes a question so the mix is learned
+    for prompt, (_, q, a) in zip(prompts, qa, strict=True):
+        for _ in range(4):
+            response = tok.encode(demonstration(q, a, rng, mix, max_think_words), add_special_tokens=False)
+            examples.append((list(prompt) + response + [tok.eos_token_id], len(prompt)))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for step in range(steps):
+        batch = rng.sample(examples, min(16, len(examples)))
+        width = max(len(ex) for ex, _ in batch)
+        ids = torch.full((len(batch), width), tok.pad_token_id)
+        attn = torch.zeros((len(batch), width), dtype=torch.long)
+        labels = torch.full((len(batch), width), -100)
+        for i, (ex, n_prompt) in enumerate(batch):
+            ids[i, : len(ex)] = torch.tensor(ex)
+            attn[i, : len(ex)] = 1
+            labels[i, n_prompt : len(ex)] = torch.tensor(ex[n_prompt:])
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if step % 50 == 0 or step == steps - 1:
+            print(f"  shaping step {step:4d} loss {loss.item():.3f}", flush=True)
+    model.save_pretrained(model_dir)
+
+
+def turn_lengths(traj: Any) -> list[int]:
+    """Model tokens of each turn: the runs of policy-sampled tokens in the response."""
+    from agentrl.agent.trajectory import Segment
+
+    runs: list[int] = []
+    previous = None
+    for s in traj.segments:
+        if s == Segment.MODEL:
+            if previous == Segment.MODEL:
+                runs[-1] += 1
+            else:
+                runs.append(1)
+        previous = s
+    return runs
+
+
+def describe(trajectories: Sequence[Any]) -> str:
+    """The workload's shape in one line: searches per trajectory and model tokens per turn."""
+    searches = Counter(t.num_tool_calls for t in trajectories)
+    lengths = sorted(n for t in trajectories for n in turn_lengths(t))
+    if not lengths:
+        return "no model tokens"
+
+    def q(p: float) -> int:
+        return lengths[min(len(lengths) - 1, int(p * len(lengths)))]
+
+    hist = ", ".join(f"{k}: {searches[k]}" for k in sorted(searches))
+    return (
+        f"searches per trajectory {{{hist}}}; model tokens per turn p10 {q(0.1)}, "
+        f"median {median(lengths):.0f}, p90 {q(0.9)}, max {lengths[-1]}"
+    )
