@@ -35,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
+SCHEDULES = ("lockstep", "concurrent")
 
 from agent_workload import (  # noqa: E402 (a sibling script module; the env must be set first)
     DEFAULT_SEARCH_MIX,
@@ -103,11 +104,10 @@ def start_retriever(tmp: Path, index: str | None, backend: str) -> tuple[subproc
     raise RuntimeError("retriever did not start")
 
 
-def measure(engine, tokenizer, specs, url: str, schedule: str, args: argparse.Namespace) -> dict:
+def rollout_manager(engine, tokenizer, url: str, schedule: str, args: argparse.Namespace):
     from agentrl.agent import LLMGenerationManager
     from agentrl.agent.tools.search import SearchTool
     from agentrl.config.schema import RolloutConfig
-    from agentrl.engines.base import SamplingParams
 
     config = RolloutConfig(
         schedule=schedule,
@@ -115,7 +115,7 @@ def measure(engine, tokenizer, specs, url: str, schedule: str, args: argparse.Na
         max_tokens_per_turn=args.max_tokens_per_turn,
         max_obs_length=args.max_obs_length,
     )
-    manager = LLMGenerationManager(
+    return LLMGenerationManager(
         engine,
         tokenizer,
         config,
@@ -123,32 +123,60 @@ def measure(engine, tokenizer, specs, url: str, schedule: str, args: argparse.Na
         max_prompt_length=1024,
         max_response_length=args.max_response_length,
     )
+
+
+def measure(engine, weights: dict, tokenizer, specs, url: str, args: argparse.Namespace) -> list[dict]:
+    """Both schedules, interleaved repeat by repeat (neither always runs on a warmer machine).
+
+    Every timed rollout starts as one in training does: right after a weight sync, which drops
+    the engine's prefix cache. Without it the second schedule would find the KV of the first
+    one's identical (seeded) trajectories cached and look faster than it is.
+    """
+    from agentrl.engines.base import SamplingParams
+
+    managers = {s: rollout_manager(engine, tokenizer, url, s, args) for s in SCHEDULES}
     # Seeded: each trajectory samples its own stream, so both schedules play the same workload
-    sampling = SamplingParams(max_new_tokens=args.max_tokens_per_turn, temperature=1.0, seed=args.seed)
-    manager.run(specs[:4], sampling, n=1)  # warm-up
-    runs = []
+    sampling = SamplingParams(
+        max_new_tokens=args.max_tokens_per_turn,
+        temperature=1.0,
+        seed=None if args.greedy else args.seed,
+        greedy=args.greedy,
+    )
+    for manager in managers.values():
+        manager.run(specs[:4], sampling, n=1)  # warm-up
+    runs: dict[str, list[tuple]] = {s: [] for s in SCHEDULES}
     for _ in range(args.repeats):
-        busy0 = engine.stats.generate_seconds  # wall time with a generation in flight
-        t0 = time.perf_counter()
-        result = manager.run(specs, sampling, n=args.n)
-        wall = time.perf_counter() - t0
-        engine_busy = engine.stats.generate_seconds - busy0
-        runs.append((wall, result.trajectories, result.metrics["rollout/tool_busy_s"], engine_busy))
-    wall, trajs, tool_busy, engine_busy = sorted(runs, key=lambda r: r[0])[len(runs) // 2]  # median run
-    model_tokens = sum(t.num_model_tokens for t in trajs)
-    print(f"[{schedule}] workload: {describe(trajs)}", flush=True)
-    return {
-        "schedule": schedule,
-        "wall_s": wall,
-        "tool_busy_s": tool_busy,
-        "engine_busy_s": engine_busy,
-        "traj_per_s": len(trajs) / wall,
-        "model_tok_per_s": model_tokens / wall,
-        "searches": sum(t.num_tool_calls for t in trajs) / len(trajs),
-        "turns": sum(t.num_turns for t in trajs) / len(trajs),
-        "finished": sum(t.finished for t in trajs) / len(trajs),
-        "model_tokens": model_tokens / len(trajs),
-    }
+        for schedule, manager in managers.items():
+            engine.update_weights(weights)  # as after each update in training: a cold prefix cache
+            busy0 = engine.stats.generate_seconds  # wall time with a generation in flight
+            t0 = time.perf_counter()
+            result = manager.run(specs, sampling, n=args.n)
+            wall = time.perf_counter() - t0
+            engine_busy = engine.stats.generate_seconds - busy0
+            runs[schedule].append(
+                (wall, result.trajectories, result.metrics["rollout/tool_busy_s"], engine_busy)
+            )
+    rows = []
+    for schedule in SCHEDULES:
+        wall, trajs, tool_busy, engine_busy = sorted(runs[schedule], key=lambda r: r[0])[args.repeats // 2]
+        model_tokens = sum(t.num_model_tokens for t in trajs)
+        print(f"[{schedule}] workload: {describe(trajs)}", flush=True)
+        rows.append(
+            {
+                "schedule": schedule,
+                "wall_s": wall,
+                "walls": [r[0] for r in runs[schedule]],
+                "tool_busy_s": tool_busy,
+                "engine_busy_s": engine_busy,
+                "traj_per_s": len(trajs) / wall,
+                "model_tok_per_s": model_tokens / wall,
+                "searches": sum(t.num_tool_calls for t in trajs) / len(trajs),
+                "turns": sum(t.num_turns for t in trajs) / len(trajs),
+                "finished": sum(t.finished for t in trajs) / len(trajs),
+                "model_tokens": model_tokens / len(trajs),
+            }
+        )
+    return rows
 
 
 def report(engine_name: str, rows: list[dict]) -> None:
@@ -161,6 +189,7 @@ def report(engine_name: str, rows: list[dict]) -> None:
         print(
             f"{r['schedule']:<11}{r['wall_s']:>8.2f}{r['traj_per_s']:>9.2f}{r['model_tok_per_s']:>13.1f}"
             f"{r['searches']:>10.2f}{r['turns']:>7.2f}{r['finished']:>10.2f}{r['model_tokens']:>10.1f}"
+            f"   runs: {', '.join(f'{w:.2f}' for w in r['walls'])} s"
         )
     by = {r["schedule"]: r for r in rows}
     if {"concurrent", "lockstep"} <= set(by):
@@ -203,17 +232,19 @@ def build_engine_named(name: str, model_dir: Path, tokenizer, args: argparse.Nam
 
         from agentrl.engines.hf import HFEngine
 
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype="float32")
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
         return HFEngine(model, tokenizer, max_batch_size=args.max_batch_size, continuous=name == "hf")
     if name in ("vllm", "vllm-async"):
         from agentrl.engines import build_engine
 
+        extra = {"max_num_batched_tokens": args.max_num_batched_tokens} if args.max_num_batched_tokens else {}
         return build_engine(
             name,
             model_path=model_dir,
             max_batch_size=args.max_batch_size,
             dtype="float32",
             max_model_len=4096,
+            **extra,
         )
     raise SystemExit(f"--engines: unknown engine {name!r} (hf, hf-coalescing, vllm, vllm-async)")
 
@@ -285,6 +316,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--greedy", action="store_true", help="greedy turns (no seeds) instead of seeded sampling"
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="vLLM's token budget a step (the engines' CPU default keeps a seeded prefill whole)",
+    )
     return parser.parse_args()
 
 
@@ -305,6 +345,9 @@ def main() -> None:
         specs = [
             PromptSpec(prompt_ids(tokenizer, q), ds, a, i) for i, (ds, q, a) in enumerate(qa[: args.prompts])
         ]
+        from transformers import AutoModelForCausalLM
+
+        weights = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
         proc, url = start_retriever(tmp, args.index, args.backend)
         results: dict[str, list[dict]] = {}
         try:
@@ -315,9 +358,7 @@ def main() -> None:
                     print(f"\n== engine: {name} unavailable: {type(exc).__name__}: {exc}")
                     continue
                 try:
-                    rows = [
-                        measure(engine, tokenizer, specs, url, s, args) for s in ("lockstep", "concurrent")
-                    ]
+                    rows = measure(engine, weights, tokenizer, specs, url, args)
                 finally:
                     engine.shutdown()
                 print(

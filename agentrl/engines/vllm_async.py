@@ -20,6 +20,7 @@ guard; weight buckets are pickled to it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import threading
 import time
@@ -200,12 +201,30 @@ class AsyncVLLMEngine(VLLMRequests):
             self._asleep = False
 
     def shutdown(self) -> None:
+        """Stop the engine core and the engine's loop, quietly: nothing is left pending."""
         if self._loop.is_closed():
             return
-        self.llm.shutdown()
+        self._call(self._stop())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop.close()
+        # Collected now, while the interpreter is whole: AsyncLLM.__del__ shuts down again and
+        # fails ("'NoneType' object is not callable") when it runs at interpreter exit.
+        self.llm = None
+        gc.collect()
+
+    async def _stop(self) -> None:
+        # AsyncLLM.shutdown stops the engine core before cancelling its output handler, which
+        # then logs the core's exit as "EngineDeadError"; cancel the handler first, on its loop.
+        handler = getattr(self.llm, "output_handler", None)
+        if handler is not None:
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
+        self.llm.shutdown()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:  # the client's output-queue task; left pending it warns at exit
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
 
 
 __all__ = ["AsyncVLLMEngine"]
