@@ -9,9 +9,13 @@ seeded sampling, one run of the project's retriever server over HTTP (BM25 over 
 wiki corpus by default, or any index directory, e.g. the recipe's dense one), its cache off so
 that every search pays the server's real latency. The policy makes a ragged workload as real
 search agents do (``agent_workload.py``): a trained agent given with ``--model``, or a tiny
-model shaped in seconds to search 0-3 times with thinking of random length. Each schedule
-prints the workload it played (searches per trajectory, tokens per turn), then trajectories/s
-and model tokens/s and the concurrent / lockstep ratio. ``hf`` is the transformers engine with
+model shaped in seconds to search 0-3 times with thinking of random length. Every timed
+rollout starts right after a weight sync, as in training (the engine's prefix cache is cold),
+and the schedules alternate repeat by repeat. Each schedule prints the workload it played
+(searches per trajectory, tokens per turn), then trajectories/s and model tokens/s, the
+concurrent / lockstep ratio, and what bounds it: the time lockstep's engine sat idle, which
+is all that overlapping could fill; more must come from the engine being faster on fuller
+batches. ``hf`` is the transformers engine with
 continuous batching (a turn joins the running batch at the next decode step),
 ``hf-coalescing`` the same engine running coalesced batches to completion; ``vllm`` runs
 coalesced batches on vLLM's offline ``LLM``, ``vllm-async`` one request per turn on its

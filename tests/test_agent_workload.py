@@ -1,0 +1,54 @@
+"""benchmarks/agent_workload.py: the rollout benchmark's workload is ragged, and it is described truly."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "agent_workload.py"
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("agent_workload", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+aw = _load_script()
+
+
+def test_demonstrations_search_as_often_as_the_mix_says_with_thinking_of_varied_length():
+    mix = aw.parse_search_mix(aw.DEFAULT_SEARCH_MIX)
+    rng = random.Random(0)
+    demos = [aw.demonstration("who wrote hamlet", "Shakespeare", rng, mix, 30) for _ in range(2000)]
+    counts = Counter(d.count("<search>") for d in demos)
+    total = sum(mix.values())
+    for k, weight in mix.items():
+        assert counts[k] / len(demos) == pytest.approx(weight / total, abs=0.03)
+    thoughts = [len(t.split("</think>")[0].split()) for d in demos for t in d.split("<think>")[1:]]
+    assert min(thoughts) <= 4 and max(thoughts) >= 28  # 2..30 words, plus nothing else inside
+    assert all(d.endswith("<answer> Shakespeare </answer>") for d in demos)
+
+
+def test_a_malformed_search_mix_is_refused_naming_the_flag():
+    for bad in ("1", "a:0.5", "-1:1", "0:0"):
+        with pytest.raises(SystemExit, match="--search-mix"):
+            aw.parse_search_mix(bad)
+
+
+def test_turn_lengths_are_the_runs_of_policy_tokens_between_observations():
+    traj = Trajectory(prompt=PromptSpec([1, 2]), group_id="g", uid="g-0")
+    traj.append([3, 4, 5], Segment.MODEL, [0.0] * 3)
+    traj.append([6, 7], Segment.OBSERVATION)
+    traj.append([8], Segment.MODEL, [0.0])
+    assert aw.turn_lengths(traj) == [3, 1]
+    assert "median 2" in aw.describe([traj])
