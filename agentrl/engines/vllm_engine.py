@@ -23,6 +23,9 @@ On CPU the engine core runs in-process by default (``VLLM_ENABLE_V1_MULTIPROCESS
 nothing is pickled, and callers need no ``if __name__ == "__main__":`` guard. Scripts that
 opt into the multiprocess core must have that guard (the core is spawned).
 
+On a CPU machine of fewer than ``FEW_CORES`` cores no core is kept back for vLLM's scheduler
+process (``vllm_cpu_environment``); a user's ``VLLM_CPU_*`` settings win.
+
 Sleep mode: on GPU, ``sleep()`` offloads weights and drops the KV cache (vLLM sleep
 level 1) so the trainer can use the memory; ``wake_up()`` restores them. On CPU vLLM has
 no sleep mode and both are documented no-ops.
