@@ -17,13 +17,14 @@ Benchmarks run as scripts, so this module is imported as ``agent_workload``.
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 from typing import Any
+
+from agentrl.data.qa import read_question_records
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FALLBACK_QA = [
@@ -64,7 +65,7 @@ def load_qa(datasets: Sequence[str], limit: int, seed: int) -> list[tuple[str, s
         path = SHARED / DATASET_FILES[name]
         if not path.is_file():
             continue
-        rows = [json.loads(line) for line in path.open()]
+        rows = read_question_records(path)
         random.Random(seed).shuffle(rows)
         per.append([(name, r["question"], r["golden_answers"][0]) for r in rows[:limit]])
     if not per:  # no shared data on this machine
@@ -103,38 +104,32 @@ def shape_tiny_model(
     max_think_words: int,
     seed: int,
 ) -> None:
-    """Fine-tune the tiny model at ``model_dir`` on shaped demonstrations (loss on the response)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Fine-tune the tiny model at ``model_dir`` on shaped demonstrations with the project's
+    ``SFTTrainer`` (loss on the whole demonstration, as if the policy had written all of it)."""
+    from agentrl.agent.trajectory import Segment
+    from agentrl.config.schema import OptimConfig
+    from agentrl.trainer.sft import SFTConfig, SFTExample, SFTTrainer
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    torch.manual_seed(seed)
+    config = SFTConfig(
+        epochs=steps,
+        max_steps=steps,
+        batch_size=16,
+        micro_batch_size=16,
+        seed=seed,
+        optim=OptimConfig(lr=3e-3),
+    )
+    trainer = SFTTrainer(model_dir, config)
+    tok = trainer.tokenizer
     rng = random.Random(seed)
-    examples = []  # (ids, number of prompt tokens); four shapes a question so the mix is learned
+    examples = []  # four shapes a question, so the mix is learned rather than the question
     for prompt, (_, q, a) in zip(prompts, qa, strict=True):
         for _ in range(4):
-            response = tok.encode(demonstration(q, a, rng, mix, max_think_words), add_special_tokens=False)
-            examples.append((list(prompt) + response + [tok.eos_token_id], len(prompt)))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(steps):
-        batch = rng.sample(examples, min(16, len(examples)))
-        width = max(len(ex) for ex, _ in batch)
-        ids = torch.full((len(batch), width), tok.pad_token_id)
-        attn = torch.zeros((len(batch), width), dtype=torch.long)
-        labels = torch.full((len(batch), width), -100)
-        for i, (ex, n_prompt) in enumerate(batch):
-            ids[i, : len(ex)] = torch.tensor(ex)
-            attn[i, : len(ex)] = 1
-            labels[i, n_prompt : len(ex)] = torch.tensor(ex[n_prompt:])
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if step % 50 == 0 or step == steps - 1:
-            print(f"  shaping step {step:4d} loss {loss.item():.3f}", flush=True)
-    model.save_pretrained(model_dir)
+            demo = demonstration(q, a, rng, mix, max_think_words)
+            response = tok.encode(demo, add_special_tokens=False) + [tok.eos_token_id]
+            examples.append(SFTExample(list(prompt), response, [Segment.MODEL] * len(response)))
+    history = trainer.fit(examples)
+    print(f"  shaping loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f}", flush=True)
+    trainer.save(model_dir)
 
 
 def turn_lengths(traj: Any) -> list[int]:

@@ -28,17 +28,13 @@ import argparse
 import json
 import os
 import random
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parents[1]
 SCHEDULES = ("lockstep", "concurrent")
 
 from agent_workload import (  # noqa: E402 (a sibling script module; the env must be set first)
@@ -53,11 +49,13 @@ from agent_workload import (  # noqa: E402 (a sibling script module; the env mus
 )
 
 from agentrl.data.qa import make_prompt  # noqa: E402
+from retriever.process import RetrieverProcess  # noqa: E402
 
 
-def start_retriever(tmp: Path, index: str | None, backend: str) -> tuple[subprocess.Popen, str]:
+def start_retriever(tmp: Path, index: str | None, backend: str) -> RetrieverProcess:
     """The project's server on a free local port, its LRU cache off (repeats re-ask the same queries)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    from retriever.build_index import main as build_index
+
     t0 = time.perf_counter()
     if index is None:
         corpus = SHARED / "corpus" / "wiki_mini.jsonl"
@@ -70,42 +68,17 @@ def start_retriever(tmp: Path, index: str | None, backend: str) -> tuple[subproc
                 )
             )
         index = str(tmp / "index")
-        subprocess.run(
-            [sys.executable, "-m", "retriever.build_index", "--corpus", str(corpus)]
-            + ["--backend", "bm25", "--out", index, "--quiet"],
-            check=True,
-            env=env,
-            cwd=REPO,
-        )
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "retriever.server", "--index", index, "--backend", backend]
-        + ["--host", "127.0.0.1", "--port", str(port), "--access-log", "off", "--cache-size", "0"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        if build_index(["--corpus", str(corpus), "--backend", "bm25", "--out", index, "--quiet"]):
+            raise RuntimeError("building the BM25 index failed (see the message above)")
+    server = RetrieverProcess(
+        index, log_path=tmp / "retriever.log", extra_args=("--backend", backend, "--cache-size", "0")
+    ).start()
+    health = server.health() or {}
+    print(
+        f"retriever: {health.get('backend')} over {health.get('corpus_size')} passages, "
+        f"ready in {time.perf_counter() - t0:.1f} s"
     )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-                health = json.load(resp)
-                if health.get("ready"):
-                    print(
-                        f"retriever: {health.get('backend')} over {health.get('corpus_size')} passages, "
-                        f"ready in {time.perf_counter() - t0:.1f} s"
-                    )
-                    return proc, url + "/retrieve"
-        except OSError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("retriever did not start")
+    return server
 
 
 def rollout_manager(engine, tokenizer, url: str, schedule: str, args: argparse.Namespace):
@@ -352,7 +325,8 @@ def main() -> None:
         from transformers import AutoModelForCausalLM
 
         weights = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
-        proc, url = start_retriever(tmp, args.index, args.backend)
+        server = start_retriever(tmp, args.index, args.backend)
+        url = server.retrieve_url
         results: dict[str, list[dict]] = {}
         try:
             for name in [e.strip() for e in args.engines.split(",") if e.strip()]:
@@ -373,8 +347,7 @@ def main() -> None:
                 results[name] = rows
             compare_engines(results)
         finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+            server.stop()
 
 
 if __name__ == "__main__":
