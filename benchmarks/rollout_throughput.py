@@ -308,7 +308,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     import torch
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from agentrl.agent.trajectory import PromptSpec
 
@@ -322,8 +322,6 @@ def main() -> None:
         specs = [
             PromptSpec(prompt_ids(tokenizer, q), ds, a, i) for i, (ds, q, a) in enumerate(qa[: args.prompts])
         ]
-        from transformers import AutoModelForCausalLM
-
         weights = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
         server = start_retriever(tmp, args.index, args.backend)
         url = server.retrieve_url
