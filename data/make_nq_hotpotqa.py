@@ -4,8 +4,8 @@
     python data/make_nq_hotpotqa.py --out runs/data/nq_hotpotqa [--test-fraction 0.2 --seed 0]
 
 Search-R1 trains on the NQ and HotpotQA *train* splits, which are not in the shared data
-(see /work/shared/data/README.md, "Gaps"). This script therefore makes a seeded train/test
-split of the evaluation questions that are available:
+beside the checkout (see ../shared/data/README.md, "Gaps"). This script therefore makes a
+seeded train/test split of the evaluation questions that are available:
 
 - nq/test.jsonl (3610 questions, the NQ-open test set), and
 - hotpotqa/dev.jsonl restricted to the 1325 questions whose supporting paragraphs are all
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from agentrl.data.qa import QADataError, read_question_records, split_train_test, to_training_rows, write_rows
 
-SHARED = Path("/work/shared/data")
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"  # beside the checkout
 
 
 def main(argv: list[str] | None = None) -> int:
