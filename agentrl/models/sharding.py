@@ -79,10 +79,6 @@ def shard_model(
     return model
 
 
-def is_sharded(model: nn.Module) -> bool:
-    return isinstance(model, FSDPModule)
-
-
 class ShardedSync:
     """``GradientSync`` under FSDP: totals are all-reduced; gradients were already summed
     (reduce-scattered) by FSDP during backward."""
