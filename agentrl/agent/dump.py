@@ -30,10 +30,11 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def trajectory_record(
+def dump_record(
     traj: Trajectory, tokenizer: Any, reward: float | None = None, step: int | None = None
 ) -> dict:
-    """The JSON-able record of one trajectory (one dump line)."""
+    """The JSON-able dump line of one trajectory: ids, segments, loss mask, log-probs, rendered
+    spans (not the evaluator's scored record, ``agentrl.eval.records.trajectory_record``)."""
     spans = [
         {
             "segment": Segment(seg).name.lower(),
@@ -88,5 +89,5 @@ def dump_trajectories(
     with path.open("a", encoding="utf-8") as f:
         for i, traj in enumerate(trajs):
             reward = None if rewards is None else rewards[i]
-            f.write(json.dumps(trajectory_record(traj, tokenizer, reward, step), ensure_ascii=False) + "\n")
+            f.write(json.dumps(dump_record(traj, tokenizer, reward, step), ensure_ascii=False) + "\n")
     return path

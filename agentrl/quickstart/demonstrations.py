@@ -3,7 +3,7 @@
 The demonstrations are oracle solutions of some training questions plus "shortcuts" that
 answer at once with the name the question mentions, played through the *real* rollout
 (scripted model turns, real retriever, real observation tokens) by
-``agentrl.trainer.sft.record_scripted_trajectories`` and dumped as trajectories.
+``agentrl.agent.demonstrations.record_scripted_trajectories`` and dumped as trajectories.
 """
 
 from __future__ import annotations
@@ -127,9 +127,9 @@ def record_demonstrations(
 ) -> Demonstrations:
     """Play every round of :func:`demonstration_rounds` through the real rollout (the retriever of
     ``config``'s search tool must be up) into ``out/sft_data.jsonl``."""
+    from agentrl.agent.demonstrations import record_scripted_trajectories
     from agentrl.agent.dump import dump_trajectories
     from agentrl.models.loading import load_tokenizer
-    from agentrl.trainer.sft import record_scripted_trajectories
 
     tokenizer = load_tokenizer(model_dir)
     prompt_of = _prompts_of(questions, tokenizer, config, out)

@@ -179,13 +179,13 @@ def record_search_demonstrations(
 ) -> DemoReport:
     """Plan, play and dump (``agentrl.agent.dump`` format, reward 1) the demonstrations of
     ``records``; ``config`` is the experiment config whose rollout and length budgets RL uses."""
+    from agentrl.agent.demonstrations import record_scripted_trajectories
     from agentrl.agent.dump import dump_trajectories
     from agentrl.agent.tools.search import SearchTool
     from agentrl.agent.trajectory import Segment
     from agentrl.data.qa import to_training_rows
     from agentrl.eval.records import segment_text
     from agentrl.trainer.dataset import prompt_spec
-    from agentrl.trainer.sft import record_scripted_trajectories
 
     plans = plan_demonstrations(records, retriever(retriever_url, topk), titles, topk)
     rows = to_training_rows([dict(p.record) for p in plans], "sft")

@@ -10,12 +10,8 @@ Because SFT data share the dump format, the trainer is reusable beyond cold star
 rejection-sampling fine-tuning is ``--min-reward 1`` over the trainer's own
 ``trajectories/step_*.jsonl`` dumps.
 
-Cold-start data from scripted turns: ``record_scripted_trajectories`` plays fixed
-model turns (e.g. the synthetic world's oracle solutions) through the real
-``LLMGenerationManager`` with the real tools, via ``agentrl.engines.scripted.ScriptedTurnEngine``. The manager
-parses each turn's action, calls the retriever and tokenizes the observation exactly as
-it will at RL time, so the warm start sees the observations (format, truncation, final-turn
-note) the policy will see, and no second observation formatter exists.
+Cold-start data from scripted turns are recorded through the real rollout by
+``agentrl.agent.demonstrations.record_scripted_trajectories`` and dumped in this format.
 
 CLI::
 
@@ -29,22 +25,17 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from agentrl.agent.collate import collate
-from agentrl.agent.generation import LLMGenerationManager
-from agentrl.agent.tools.base import Tool
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
-from agentrl.config.schema import OptimConfig, RolloutConfig
+from agentrl.config.schema import OptimConfig
 from agentrl.core.batch import Batch
-from agentrl.engines.base import SamplingParams
-from agentrl.engines.scripted import ScriptedTurnEngine
 from agentrl.models.forward import policy_forward
 from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer
 from agentrl.models.optim import build_optimizer
@@ -56,7 +47,6 @@ __all__ = [
     "SFTExample",
     "SFTTrainer",
     "load_sft_examples",
-    "record_scripted_trajectories",
 ]
 
 
@@ -99,7 +89,7 @@ class SFTExample:
 
 
 def load_sft_examples(path: str | Path, min_reward: float | None = None) -> list[SFTExample]:
-    """Examples from a trajectory dump (jsonl, one ``trajectory_record`` per line).
+    """Examples from a trajectory dump (jsonl, one ``dump_record`` per line).
 
     Needs ``prompt_ids``, ``response_ids`` and ``segments`` on every line. With
     ``min_reward``, lines whose ``reward`` is missing or lower are skipped (rejection
@@ -137,65 +127,6 @@ def load_sft_examples(path: str | Path, min_reward: float | None = None) -> list
             f"{p}: no usable examples" + (f" with reward >= {min_reward}" if min_reward is not None else "")
         )
     return examples
-
-
-# --- cold-start data from scripted turns ----------------------------------------------------
-
-
-def record_scripted_trajectories(
-    prompts: Sequence[PromptSpec],
-    turns: Sequence[Sequence[str]],
-    tokenizer: Any,
-    rollout: RolloutConfig,
-    *,
-    max_prompt_length: int,
-    max_response_length: int,
-    tools: Mapping[str, Tool] | Sequence[Tool] | None = None,
-    allow_observation_cut: bool = False,
-) -> tuple[list[Trajectory], list[Trajectory]]:
-    """Play ``turns[i]`` as the model's turns for ``prompts[i]`` through the real rollout.
-
-    Returns ``(complete, incomplete)``: complete trajectories ended with an answer after
-    using every scripted turn (nothing cut); the others (a turn over ``max_tokens_per_turn``,
-    an over-long observation, a tool failure) are returned apart so callers can count them
-    and not train on a half trajectory. With ``allow_observation_cut`` an observation cut to
-    ``max_obs_length`` still counts as complete: real passages are long, and RL sees the same cut.
-    """
-    if len(prompts) != len(turns):
-        raise ValueError(f"{len(prompts)} prompts but {len(turns)} turn scripts")
-    scripts: dict[tuple[int, ...], Sequence[str]] = {}
-    for i, (prompt, script) in enumerate(zip(prompts, turns, strict=True)):
-        key = tuple(prompt.prompt_ids)
-        if key in scripts:
-            raise ValueError(f"prompts[{i}] repeats an earlier prompt; scripted prompts must be distinct")
-        if not script:
-            raise ValueError(f"turns[{i}] is empty")
-        scripts[key] = list(script)
-    engine = ScriptedTurnEngine(tokenizer, scripts)
-    manager = LLMGenerationManager(
-        engine,
-        tokenizer,
-        rollout,
-        max_prompt_length=max_prompt_length,
-        max_response_length=max_response_length,
-        tools=tools,
-    )
-    params = SamplingParams(max_new_tokens=rollout.max_tokens_per_turn, greedy=True)
-    trajectories = manager.run(list(prompts), params).trajectories
-    complete, incomplete = [], []
-    for traj, script in zip(trajectories, turns, strict=True):
-        cut = traj.truncation
-        if allow_observation_cut:
-            cut = replace(cut, observations_cut=0, observation_tokens_cut=0)
-        ok = (
-            traj.finished
-            and traj.num_turns == len(script)
-            and not cut.any
-            and traj.tool_failures == 0
-            and traj.num_invalid_actions == 0
-        )
-        (complete if ok else incomplete).append(traj)
-    return complete, incomplete
 
 
 # --- training -----------------------------------------------------------------------------
