@@ -7,11 +7,11 @@ so one training run can mix datasets with different rules. A user scorer is name
 
 from __future__ import annotations
 
-import importlib
 import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentrl.importing import import_object
 from agentrl.rewards.scorers import (
     MATCH_METRICS,
     FormatScorer,
@@ -88,18 +88,10 @@ def load_scorer(path: str) -> Scorer:
     number, or a ``(number, metrics_dict)`` pair; the returned wrapper normalises that to
     a ScoreOutput. Every failure names the path that was asked for.
     """
+    # The colon form only: the registry tells an import path from a metric name by its colon.
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
         raise ValueError(f"scorer path {path!r} must look like 'pkg.module:function'")
-    module_name, attr_path = path.split(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ImportError(f"cannot import module {module_name!r} of scorer {path!r}: {exc}") from exc
-    for part in attr_path.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ImportError(f"scorer {path!r}: {module_name!r} has no attribute {attr_path!r}") from None
+    obj = import_object(path, "scorer")
     if not callable(obj):
         raise TypeError(f"scorer {path!r} is not callable (it is a {type(obj).__name__})")
     return _NormalisedScorer(obj, path)

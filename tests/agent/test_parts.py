@@ -123,9 +123,9 @@ def test_registry_builds_by_dotted_and_colon_path():
 def test_registry_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"CalculatorTool.*unknown option\(s\) \['max_exp'\]"):
         build_tool(ToolConfig("agentrl.agent.tools.calculator.CalculatorTool", {"max_exp": 5}))
-    with pytest.raises(ImportError, match="no_such_module"):
+    with pytest.raises(ImportError, match="'no_such_module.Tool': cannot import module 'no_such_module'"):
         build_tool(ToolConfig("no_such_module.Tool"))
-    with pytest.raises(ImportError, match="has no 'Nope'"):
+    with pytest.raises(ImportError, match="module 'agentrl.agent.tools.calculator' has no attribute 'Nope'"):
         build_tool(ToolConfig("agentrl.agent.tools.calculator.Nope"))
     with pytest.raises(ValueError, match="topk must be >= 1"):
         build_tool(ToolConfig("agentrl.agent.tools.search.SearchTool", {"topk": 0}))

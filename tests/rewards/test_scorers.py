@@ -139,12 +139,12 @@ def test_import_path_scorer(user_module: str) -> None:
         (
             "no_such_pkg_xyz.mod:fn",
             ImportError,
-            "cannot import module 'no_such_pkg_xyz.mod' of scorer 'no_such_pkg_xyz.mod:fn'",
+            "scorer 'no_such_pkg_xyz.mod:fn': cannot import module 'no_such_pkg_xyz.mod'",
         ),
         (
             "my_scorers:missing",
             ImportError,
-            "scorer 'my_scorers:missing': 'my_scorers' has no attribute 'missing'",
+            "scorer 'my_scorers:missing': module 'my_scorers' has no attribute 'missing'",
         ),
         ("my_scorers:NOT_CALLABLE", TypeError, "scorer 'my_scorers:NOT_CALLABLE' is not callable"),
         ("my_scorers.length_penalty", ValueError, "must look like 'pkg.module:function'"),

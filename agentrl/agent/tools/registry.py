@@ -8,38 +8,13 @@ fails with the tool's path and the option's name instead of a bare ``TypeError``
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentrl.agent.tools.base import Tool, validate_tool
 from agentrl.config.schema import ToolConfig
-
-
-def import_object(path: str) -> Any:
-    """Import ``pkg.module.Name`` or ``pkg.module:Name``."""
-    if not isinstance(path, str) or not path.strip():
-        raise ValueError(f"tool class_path must be a non-empty string, got {path!r}")
-    if ":" in path:
-        module_name, _, attr = path.partition(":")
-    else:
-        module_name, _, attr = path.rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(
-            f"tool class_path {path!r} must look like 'pkg.module.ClassName' or 'pkg.module:ClassName'"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"tool class_path {path!r}: cannot import module {module_name!r}: {exc}") from exc
-    try:
-        obj = module
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except AttributeError as exc:
-        raise ImportError(f"tool class_path {path!r}: module {module_name!r} has no {attr!r}") from exc
-    return obj
+from agentrl.importing import import_object
 
 
 def _check_options(cls: Any, options: Mapping[str, Any], path: str) -> None:
@@ -74,7 +49,7 @@ def build_tool(config: ToolConfig | Mapping[str, Any]) -> Tool:
         config = ToolConfig(**config)
     path = config.class_path
     options = dict(config.options or {})
-    cls = import_object(path)
+    cls = import_object(path, "tool class_path")
     if not callable(cls):
         raise TypeError(f"tool class_path {path!r} names {type(cls).__name__}, not a class")
     _check_options(cls, options, path)
