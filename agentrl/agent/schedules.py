@@ -15,12 +15,14 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import get_args
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
 from agentrl.agent.turns import TrajectoryState
+from agentrl.config.schema import Schedule
 from agentrl.engines.base import Engine, SamplingParams
 
-SCHEDULES = ("concurrent", "lockstep")
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 
 
 async def run_concurrent(

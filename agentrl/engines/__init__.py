@@ -10,11 +10,12 @@ when asked for.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
+from agentrl.config.schema import EngineKind
 from agentrl.engines.base import Engine, FinishReason, GenerationResult, SamplingParams
 
-ENGINE_KINDS = ("hf", "vllm", "vllm-async")
+ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
 
 __all__ = ["ENGINE_KINDS", "Engine", "FinishReason", "GenerationResult", "SamplingParams", "build_engine"]
 

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from agentrl.config.schema import DtypeName
+
 # The compute dtypes of a role (config ``actor.compute_dtype`` / ``critic.compute_dtype``).
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in get_args(DtypeName)}
 VALUE_HEAD_FILE = "value_head.safetensors"
 VALUE_MODEL_MARKER = "agentrl_value_model.json"
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import get_args
 
 import torch
 
-from agentrl.config.schema import OptimConfig
+from agentrl.config.schema import LrSchedule, OptimConfig
 
-LR_SCHEDULES = ("constant", "cosine", "linear")
+LR_SCHEDULES: tuple[str, ...] = get_args(LrSchedule)
 
 
 def warmup_steps_of(config: OptimConfig, total_steps: int) -> int:

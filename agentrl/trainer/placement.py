@@ -19,18 +19,19 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, replace
+from typing import get_args
 
 import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
-from agentrl.config.schema import ExperimentConfig
+from agentrl.config.schema import ExperimentConfig, PlacementKind
 from agentrl.workers.actor import ActorWorker, ReferenceWorker
 from agentrl.workers.base import RunContext
 from agentrl.workers.critic import CriticWorker
 from agentrl.workers.group import Placement, WorkerGroup
 from agentrl.workers.reward import RewardModelWorker, RuleRewardWorker
 
-PLACEMENTS = ("split", "colocated")
+PLACEMENTS: tuple[str, ...] = get_args(PlacementKind)
 REWARD_CPUS = 0.5
 
 

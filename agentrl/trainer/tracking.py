@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, get_args
 
 from tqdm import tqdm
+
+from agentrl.config.schema import LoggerName
 
 CONSOLE_KEYS = (
     ("reward/score/mean", "score"),
@@ -90,7 +92,7 @@ class WandbLogger:
         self.run.finish()
 
 
-LOGGERS = ("console", "jsonl", "tensorboard", "wandb")
+LOGGERS: tuple[str, ...] = get_args(LoggerName)
 
 
 class Tracker:

@@ -178,3 +178,73 @@ def test_choice_errors_list_the_owners_choices(model_dir):
             ],
         )
     assert str(list(SCHEDULES)) in str(error.value) and str(list(LR_SCHEDULES)) in str(error.value)
+
+
+def test_a_bad_choice_in_any_literal_field_is_named_with_its_choices_and_a_suggestion(model_dir):
+    cases = {
+        "actor.rollout.engine=vlm": r"'actor\.rollout\.engine' must be one of \['hf', 'vllm', 'vllm-async'\],"
+        r" got 'vlm' \(did you mean 'vllm'\?\)",
+        "resources.strategy=fsd": r"'resources\.strategy' must be one of \['dp', 'fsdp'\], got 'fsd'",
+        "critic.compute_dtype=bf16": r"'critic\.compute_dtype' must be one of .*'bfloat16'.*got 'bf16'",
+        "trainer.logger=[console,tensorbord]": r"'trainer\.logger\[1\]' must be one of .*got 'tensorbord' "
+        r"\(did you mean 'tensorboard'\?\)",
+    }
+    for override, message in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_config("ppo", [f"actor.model_path={model_dir}", override])
+
+
+def test_a_config_built_in_code_gets_its_literal_fields_checked_too(model_dir):
+    from agentrl.config import validate_config
+
+    cfg = ExperimentConfig()
+    cfg.actor.model_path = model_dir
+    cfg.actor.rollout.schedule = "lockstp"  # never passed through OmegaConf, so only validate_config sees it
+    cfg.actor.optim.lr_schedule = "cosine"
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    assert "'actor.rollout.schedule' must be one of ['concurrent', 'lockstep'], got 'lockstp'" in str(
+        info.value
+    )
+    assert "lr_schedule" not in str(info.value)
+
+
+def test_every_owner_derives_its_choices_from_the_schema():
+    from typing import get_args
+
+    from agentrl.agent.schedules import SCHEDULES
+    from agentrl.agent.tool_dispatch import TOOL_ERROR_POLICIES
+    from agentrl.config import schema
+    from agentrl.engines import ENGINE_KINDS
+    from agentrl.models.loading import DTYPES
+    from agentrl.models.optim import LR_SCHEDULES
+    from agentrl.trainer.placement import PLACEMENTS
+    from agentrl.trainer.tracking import LOGGERS
+    from agentrl.workers.base import DEVICES, STRATEGIES
+
+    owned = {
+        schema.Schedule: SCHEDULES,
+        schema.ToolErrorPolicy: TOOL_ERROR_POLICIES,
+        schema.EngineKind: ENGINE_KINDS,
+        schema.DtypeName: tuple(DTYPES),
+        schema.LrSchedule: LR_SCHEDULES,
+        schema.PlacementKind: PLACEMENTS,
+        schema.LoggerName: LOGGERS,
+        schema.Device: DEVICES,
+        schema.Strategy: STRATEGIES,
+    }
+    for literal, choices in owned.items():
+        assert tuple(choices) == get_args(literal)
+
+
+def test_the_config_package_imports_nothing_above_it():
+    import subprocess
+    import sys
+
+    # A fresh interpreter: importing the config package must not pull in the roles, engines or rollout.
+    code = (
+        "import sys, agentrl.config; "
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('agentrl.')}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['config', 'core']", out
