@@ -28,7 +28,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,69 +36,14 @@ from aiohttp import web
 from retriever.base import Hit, SearchBackend
 from retriever.batching import LRUCache, MicroBatcher, QueueFullError
 from retriever.config import ServerConfig
+from retriever.request_body import RequestError, parse_retrieve_request
 
 log = logging.getLogger("retriever.server")
 access_log = logging.getLogger("retriever.access")
 
-_REQUEST_FIELDS = ("queries", "topk", "return_scores")
 # per-request values the access log reports
 N_QUERIES_KEY = web.RequestKey("n_queries", int)
 CACHE_HITS_KEY = web.RequestKey("cache_hits", int)
-
-
-class RequestError(ValueError):
-    """A bad request; ``field`` names the offending part of the body."""
-
-    def __init__(self, field_name: str, message: str, status: int = 400) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-        self.message = message
-        self.status = status
-
-
-@dataclass(frozen=True)
-class RetrieveRequest:
-    queries: list[str]
-    topk: int
-    return_scores: bool
-
-
-def parse_retrieve_request(body: Any, config: ServerConfig) -> RetrieveRequest:
-    """Validate a decoded /retrieve body against the configured limits."""
-    if not isinstance(body, dict):
-        raise RequestError("body", f"expected a JSON object, got {type(body).__name__}")
-    unknown = sorted(set(body) - set(_REQUEST_FIELDS))
-    if unknown:
-        raise RequestError(unknown[0], f"unknown field; expected only {list(_REQUEST_FIELDS)}")
-    if "queries" not in body:
-        raise RequestError("queries", "missing; expected a list of strings")
-    queries = body["queries"]
-    if not isinstance(queries, list):
-        raise RequestError("queries", f"expected a list of strings, got {type(queries).__name__}")
-    if not queries:
-        raise RequestError("queries", "expected at least one query, got an empty list")
-    if len(queries) > config.max_queries_per_request:
-        raise RequestError(
-            "queries", f"too many queries: {len(queries)} > max {config.max_queries_per_request}", status=413
-        )
-    for i, q in enumerate(queries):
-        if not isinstance(q, str):
-            raise RequestError(f"queries[{i}]", f"expected a string, got {type(q).__name__}")
-        if not q.strip():
-            raise RequestError(f"queries[{i}]", "expected a non-empty string")
-        if len(q) > config.max_query_chars:
-            raise RequestError(
-                f"queries[{i}]", f"too long: {len(q)} characters > max {config.max_query_chars}", status=413
-            )
-    topk = body.get("topk", config.default_topk)
-    if not isinstance(topk, int) or isinstance(topk, bool):
-        raise RequestError("topk", f"expected an integer, got {type(topk).__name__}")
-    if not 1 <= topk <= config.max_topk:
-        raise RequestError("topk", f"expected 1 <= topk <= {config.max_topk}, got {topk}")
-    return_scores = body.get("return_scores", False)
-    if not isinstance(return_scores, bool):
-        raise RequestError("return_scores", f"expected a boolean, got {type(return_scores).__name__}")
-    return RetrieveRequest(queries, topk, return_scores)
 
 
 def _error(status: int, field_name: str, message: str, headers: dict | None = None) -> web.Response:
