@@ -20,13 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from actor_workload import actor_section, context, ppo_batch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer  # noqa: E402
-from agentrl.workers.actor import ActorWorker  # noqa: E402
-from agentrl.workers.group import free_port, mini_batch_shards  # noqa: E402
-from tests.support.actor_ranks import actor_section, context, ppo_batch  # noqa: E402
+from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer
+from agentrl.workers.actor import ActorWorker
+from agentrl.workers.group import free_port, mini_batch_shards
 
 
 def local_bytes(tensor: torch.Tensor) -> int:

@@ -21,14 +21,12 @@ import time
 from pathlib import Path
 
 import torch
+from actor_workload import actor_section, context, ppo_batch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from agentrl.core.masked import masked_mean  # noqa: E402
-from agentrl.models.forward import micro_batches  # noqa: E402
-from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer  # noqa: E402
-from agentrl.workers.actor import ActorWorker  # noqa: E402
-from tests.support.actor_ranks import actor_section, context, ppo_batch  # noqa: E402
+from agentrl.core.masked import masked_mean
+from agentrl.models.forward import micro_batches
+from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer
+from agentrl.workers.actor import ActorWorker
 
 
 def raw_step(worker: ActorWorker, batch, micro_batch_size: int) -> None:

@@ -1,4 +1,7 @@
-"""Run real ``ActorWorker`` updates on spawned gloo ranks (dp or fsdp), without Ray."""
+"""Run real ``ActorWorker`` updates on spawned gloo ranks (dp or fsdp), without Ray.
+
+The workload (``ppo_batch``, ``actor_section``, ``context``) is the actor benchmarks' own,
+``benchmarks/actor_workload.py``, re-exported here for the tests."""
 
 from __future__ import annotations
 
@@ -8,52 +11,10 @@ from typing import Any
 
 import torch
 
-from agentrl.agent.collate import collate
-from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
-from agentrl.config.schema import ActorConfig, OptimConfig, UpdateConfig
-from agentrl.core.batch import Batch
 from agentrl.models.sharding import full_state_dict
 from agentrl.workers.actor import ActorWorker
-from agentrl.workers.base import RunContext
 from agentrl.workers.group import free_port, mini_batch_shards
-
-
-def ppo_batch(vocab_size: int, rows: int = 4, seed: int = 0, scale: int = 1) -> Batch:
-    """Trajectories of random ids (prompt, model turn, observation, model turn) with the fields
-    the actor's loss reads: ``old_log_probs`` and ``advantages``. ``scale`` multiplies every
-    segment's length (1: a few dozen tokens per row; 8: search-agent-like lengths)."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def ids(n: int) -> list[int]:
-        return torch.randint(3, vocab_size, (n,), generator=generator).tolist()
-
-    trajectories = []
-    for i in range(rows):
-        first, second = scale * (6 + 2 * i), scale * (3 + i)
-        traj = Trajectory(prompt=PromptSpec(ids(scale * (5 + i))), group_id=f"g{i // 2}", uid=str(i))
-        traj.append(ids(first), Segment.MODEL, [0.0] * first)
-        traj.append(ids(scale * 4), Segment.OBSERVATION)
-        traj.append(ids(second), Segment.MODEL, [0.0] * second)
-        trajectories.append(traj)
-    batch = collate(trajectories, pad_token_id=0)
-    batch["old_log_probs"] = -torch.rand(batch["responses"].shape, generator=generator) * 3
-    batch["advantages"] = torch.randn(batch["responses"].shape, generator=generator)
-    return batch
-
-
-def actor_section(model_path: str, compute_dtype: str = "float32", lr: float = 1e-3) -> ActorConfig:
-    return ActorConfig(
-        model_path=model_path,
-        compute_dtype=compute_dtype,
-        optim=OptimConfig(lr=lr, weight_decay=0.0),
-        update=UpdateConfig(mini_batch_size=4, micro_batch_size=1, shuffle=False),
-    )
-
-
-def context(strategy: str) -> RunContext:
-    return RunContext(
-        seed=0, device="cpu", total_steps=10, max_prompt_length=64, max_response_length=64, strategy=strategy
-    )
+from benchmarks.actor_workload import actor_section, context, ppo_batch
 
 
 def gathered_weights(worker: ActorWorker) -> dict[str, torch.Tensor]:
@@ -72,7 +33,7 @@ def _rank_main(rank: int, world: int, port: int, args: dict, queue: Any) -> None
         for _ in range(args.get("updates", 2)):
             worker.update_actor(shard)
         if args.get("engine_copy"):  # what the rollout engine holds after the weight sync
-            worker.push_weights_to_engine()
+            worker.engine_link.push()
             weights = {k: v.detach().clone() for k, v in worker.rollout.engine.model.state_dict().items()}
         else:
             weights = gathered_weights(worker)
