@@ -22,16 +22,16 @@ from agentrl.quickstart import (
     FULL,
     PHASES,
     SHORT,
-    ProfileError,
+    Profile,
     demonstration_rounds,
     eval_settings,
-    load_profile,
     main,
     pick_sft_questions,
     run_quickstart,
     summarize,
 )
 from agentrl.quickstart.profiles import PROFILE_DIR
+from agentrl.recipes.profiles import ProfileError, load_profile
 
 
 @pytest.fixture(autouse=True)
@@ -134,8 +134,8 @@ def test_bad_override_fails_by_name_before_training(tmp_path, capsys):
 
 
 def test_the_packaged_profiles_are_the_yaml_files_with_the_shared_ppo_overrides():
-    assert load_profile(PROFILE_DIR / "full.yaml") == FULL
-    assert load_profile(PROFILE_DIR / "short.yaml") == SHORT
+    assert load_profile(PROFILE_DIR / "full.yaml", Profile) == FULL
+    assert load_profile(PROFILE_DIR / "short.yaml", Profile) == SHORT
     for profile in (FULL, SHORT):
         assert profile.ppo["actor.rollout.schedule"] == "lockstep", "from ppo_common.yaml"
         assert isinstance(profile.sft_lr, float) and all(isinstance(h, int) for h in profile.sft_questions)
@@ -157,17 +157,17 @@ def _profile_file(tmp_path, **changes):
 def test_a_profile_with_an_unknown_key_fails_naming_the_file_and_the_key(tmp_path):
     path = _profile_file(tmp_path, sft_lrr="1.0e-3")
     with pytest.raises(ProfileError) as error:
-        load_profile(path)
+        load_profile(path, Profile)
     assert str(path) in str(error.value) and "'sft_lrr'" in str(error.value)
 
 
 def test_a_profile_value_of_the_wrong_type_fails_naming_the_file_and_the_key(tmp_path):
     path = _profile_file(tmp_path, sft_lr="1e-3")  # YAML reads 1e-3 (no dot) as a string
     with pytest.raises(ProfileError, match=r"'sft_lr'.*expected float.*3\.0e-3") as error:
-        load_profile(path)
+        load_profile(path, Profile)
     assert str(path) in str(error.value)
     with pytest.raises(ProfileError, match="'eval_limit'"):
-        load_profile(_profile_file(tmp_path, eval_limit="all"))
+        load_profile(_profile_file(tmp_path, eval_limit="all"), Profile)
 
 
 # --- the evaluation: agentrl.eval's records, summarised per hop ------------------------------

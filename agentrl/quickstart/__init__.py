@@ -47,8 +47,8 @@ from agentrl.quickstart.demonstrations import (
     tokenizer_texts,
 )
 from agentrl.quickstart.evaluation import eval_settings, evaluate_policy, summarize
-from agentrl.quickstart.pipeline import PHASES, PhaseClock, run_quickstart
-from agentrl.quickstart.profiles import FULL, PROFILES, SHORT, Profile, ProfileError, load_profile
+from agentrl.quickstart.pipeline import PHASES, run_quickstart
+from agentrl.quickstart.profiles import FULL, PROFILES, SHORT, Profile
 from agentrl.quickstart.report import QuickstartResult, write_report
 
 __all__ = [
@@ -58,14 +58,11 @@ __all__ = [
     "PROFILES",
     "SHORT",
     "Demonstrations",
-    "PhaseClock",
     "Profile",
-    "ProfileError",
     "QuickstartResult",
     "demonstration_rounds",
     "eval_settings",
     "evaluate_policy",
-    "load_profile",
     "main",
     "pick_sft_questions",
     "record_demonstrations",

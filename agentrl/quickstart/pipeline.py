@@ -1,9 +1,10 @@
-"""The quickstart's pipeline: ``run_quickstart``, one phase after the other, each timed by a ``PhaseClock``.
+"""The quickstart's pipeline: ``run_quickstart``, the synthetic-world recipe's phases one after the other.
 
 Each phase is a function of what earlier phases returned and returns its own values;
-``run_quickstart`` is the list of phases (``PHASES``, in that order), followed by the
-report, written once at the end. The retriever is stopped and Ray shut down whatever
-happens.
+``run_quickstart`` is the list of phases (``PHASES``, in that order), each run and timed by
+the recipes' ``PhaseRunner`` (``agentrl.recipes.phases``, without markers: a quickstart starts
+afresh every time), followed by the report, written once at the end. The retriever is stopped
+and Ray shut down whatever happens.
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from agentrl.data.qa import read_question_records, write_rows
 from agentrl.data.world import World, generate_world, write_world
@@ -30,47 +28,14 @@ from agentrl.quickstart.demonstrations import (
 )
 from agentrl.quickstart.evaluation import evaluate_policy, summary_line
 from agentrl.quickstart.profiles import FULL, Profile
-from agentrl.quickstart.report import QuickstartResult, read_metrics, write_report
+from agentrl.quickstart.report import QuickstartResult, write_report
+from agentrl.recipes.curves import read_jsonl
+from agentrl.recipes.phases import PhaseRunner
 
-__all__ = ["PHASES", "PhaseClock", "WorldFiles", "ppo_overrides", "run_quickstart"]
+__all__ = ["PHASES", "WorldFiles", "ppo_overrides", "run_quickstart"]
 
 PHASES = ("world", "index", "model", "retriever", "sft_data", "sft", "eval_sft", "ppo", "eval_ppo")
 STALE = ("ppo", "sft_skill", "sft_model", "model", "index")  # a previous run's, never resumed or mixed in
-T = TypeVar("T")
-
-
-class PhaseClock:
-    """Prints ``[k/N] phase ...`` as each phase starts and its wall time when it ends."""
-
-    def __init__(self, phases: Sequence[str], stream: Any = None) -> None:
-        self.phases = list(phases)
-        self.seconds: dict[str, float] = {}
-        self.stream = stream or sys.stdout
-        self._start = time.perf_counter()
-
-    @contextmanager
-    def phase(self, name: str, what: str) -> Iterator[None]:
-        if name not in self.phases:
-            raise KeyError(f"unknown phase {name!r}; phases are {self.phases}")
-        k = self.phases.index(name) + 1
-        print(f"\n[{k}/{len(self.phases)}] {name}: {what} ...", file=self.stream, flush=True)
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-            print(
-                f"[{k}/{len(self.phases)}] {name}: {self.seconds[name]:.1f} s", file=self.stream, flush=True
-            )
-
-    def run(self, name: str, what: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` timed as phase ``name``; returns what it returns."""
-        with self.phase(name, what):
-            return fn(*args)
-
-    @property
-    def total(self) -> float:
-        return time.perf_counter() - self._start
 
 
 # --- the phases -----------------------------------------------------------------------------
@@ -247,7 +212,7 @@ def run_quickstart(
     from agentrl.config import load_config
     from retriever.process import RetrieverProcess
 
-    out, clock = prepare(out_dir), PhaseClock(PHASES)
+    out, clock = prepare(out_dir), PhaseRunner(PHASES)
     world, files = clock.run("world", "generating the invented world", make_world, out, profile, seed)
     index_dir = clock.run("index", "building the BM25 index", build_index, files.corpus, out)
     model_dir = clock.run(
@@ -300,7 +265,7 @@ def run_quickstart(
         clock.total,
         sft.examples,
         sft.loss,
-        read_metrics(out / "ppo" / "metrics.jsonl"),
+        read_jsonl(out / "ppo" / "metrics.jsonl"),
         demos.shortcut,
     )
     write_report(result, profile, config)

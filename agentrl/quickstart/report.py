@@ -2,7 +2,9 @@
 
 ``report.md`` (the before/after table, the reward and EM plots, the wall time of every
 phase and the total at the moment of writing), ``report.json`` (the same numbers),
-``reward.png`` and ``em.png``.
+``reward.png`` and ``em.png``. The wall-time table and the metric curves come from the recipes'
+shared pieces (``agentrl.recipes.phases.phase_time_table``, ``agentrl.recipes.curves``); the
+before/after table per hop and the SFT summary are the quickstart's own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 from agentrl.quickstart.demonstrations import DATA_SOURCE
 from agentrl.quickstart.profiles import Profile
+from agentrl.recipes.curves import metric_series
+from agentrl.recipes.phases import phase_time_table
 
 __all__ = ["QuickstartResult", "write_report"]
 
@@ -38,11 +42,6 @@ class QuickstartResult:
     sft_shortcut_examples: int = 0  # of sft_examples, those that answer without finishing the search
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The PPO run's ``metrics.jsonl``, one dict per logged step."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
 def _plot(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str, ylabel: str) -> Path:
     import matplotlib
 
@@ -64,11 +63,6 @@ def _plot(path: Path, series: dict[str, tuple[list[float], list[float]]], title:
     return path
 
 
-def _series(metrics: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
-    rows = [(m["step"], m[key]) for m in metrics if key in m and isinstance(m[key], (int, float))]
-    return [float(s) for s, _ in rows], [float(v) for _, v in rows]
-
-
 def _load() -> str:
     """The 1/5/15-minute load averages, so a reader can judge the wall times."""
     try:
@@ -80,10 +74,12 @@ def _load() -> str:
 def _plots(result: QuickstartResult, config: Any) -> list[Path]:
     """``reward.png`` (training reward) and ``em.png`` (validation EM, overall and per hop)."""
     out = result.out_dir
-    reward = {"mean reward (training rollouts)": _series(result.metrics, REWARD_METRIC)}
-    em_series = {"held-out EM (all)": _series(result.metrics, EM_METRIC.format(group="all"))}
+    reward = {"mean reward (training rollouts)": metric_series(result.metrics, REWARD_METRIC)}
+    em_series = {"held-out EM (all)": metric_series(result.metrics, EM_METRIC.format(group="all"))}
     for hop in (1, 2):
-        em_series[f"{hop}-hop"] = _series(result.metrics, EM_METRIC.format(group=DATA_SOURCE.format(hop=hop)))
+        em_series[f"{hop}-hop"] = metric_series(
+            result.metrics, EM_METRIC.format(group=DATA_SOURCE.format(hop=hop))
+        )
     val_n = config.data.val_limit or "all"
     return [
         _plot(out / "reward.png", reward, "Reward during PPO", "reward"),
@@ -116,10 +112,8 @@ def _tables(result: QuickstartResult) -> tuple[str, str]:
             ],
         )
     )
-    timing = "\n".join(
-        ["| phase | wall time (s) |", "|---|---:|"]
-        + [f"| {name} | {sec:.1f} |" for name, sec in result.seconds.items()]
-        + [f"| **total** (until this report was written) | **{result.total_seconds:.1f}** |"]
+    timing = phase_time_table(
+        result.seconds, result.total_seconds, "**total** (until this report was written)"
     )
     return table, timing
 

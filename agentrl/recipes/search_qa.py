@@ -2,8 +2,10 @@
 
     python -m agentrl.recipes.search_qa --data-dir DATA --out runs/search_qa [--profile full|tiny]
 
-Phases, in order; each writes ``OUT/phases/<name>.json`` when it ends, and a rerun skips the
-phases already written (delete a marker to redo that phase and, by hand, the ones after it):
+Phases, in order, run by the recipes' ``PhaseRunner`` (``agentrl.recipes.phases``); each writes
+``OUT/phases/<name>.json`` when it ends, and a rerun skips the phases already written (delete a
+marker to redo that phase and, by hand, the ones after it). The sizes of a run are data:
+``profiles/search_qa/full.yaml`` and ``tiny.yaml`` beside this module, read into ``RecipeProfile``.
 
 =========  ================================================================================
 split      held-out evaluation questions vs training / validation questions (``recipes.split``)
@@ -28,15 +30,16 @@ import json
 import os
 import random
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrl.recipes.phases import PhaseRunner
+from agentrl.recipes.profiles import load_profile
 from agentrl.recipes.search_qa_eval import CELLS, evaluate_cells
 
-__all__ = ["EVAL_CELL_PHASES", "FULL", "PHASES", "TINY", "RecipeProfile", "run_phases"]
+__all__ = ["EVAL_CELL_PHASES", "FULL", "PHASES", "PROFILE_DIR", "TINY", "RecipeProfile", "run_phases"]
 
 PHASES = (
     "split",
@@ -53,95 +56,35 @@ PHASES = (
 )
 # one held-out evaluation cell alone (``--only eval-rl_full``); ``eval`` runs every cell
 EVAL_CELL_PHASES = tuple(f"eval-{cell}" for cell in CELLS)
+RUN_ORDER = (*PHASES[:-1], *EVAL_CELL_PHASES)  # the phases as the runner runs them: ``eval`` is its cells
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles" / "search_qa"
 
 
 @dataclass(frozen=True)
 class RecipeProfile:
-    """Sizes of one run of the recipe (``full`` makes ``docs/results.md``; ``tiny`` is its test)."""
+    """Sizes of one run of the recipe (``full`` makes ``docs/results.md``; ``tiny`` is its test),
+    each a YAML file in ``PROFILE_DIR``."""
 
     name: str
-    heldout_limit: int = 500
-    val_per_dataset: int = 100
-    demo_candidates: Mapping[str, int] = field(
-        default_factory=lambda: {"nq": 500, "triviaqa": 250, "hotpotqa": 1000}
-    )
-    sft_demos: int = 160  # at most this many demonstrations are trained on (~80 s a step of 8 here)
-    sft_epochs: int = 1
-    sft_batch_size: int = 8
-    sft_lr: float = 5.0e-5
-    sft_compute_dtype: str = "bfloat16"
-    pool_candidates: int = 640  # RL questions the warm start is sampled on (``rl_pool``)
-    pool_min: int = 16  # fewer solved than this: the RL phase could not learn, stop
-    dense: bool = True  # build the dense index too (the RAG-dense baseline)
-    eval_options: Mapping[str, Any] = field(default_factory=lambda: {"engine": "vllm"})
-    rl_overrides: Mapping[str, Any] = field(default_factory=dict)  # wins over config/search_qa.yaml
-    lora_overrides: Mapping[str, Any] = field(
-        default_factory=lambda: {"actor.lora.rank": 16, "actor.lora.alpha": 32, "actor.optim.lr": 5.0e-5}
-    )
+    heldout_limit: int  # questions per held-out dataset
+    val_per_dataset: int
+    demo_candidates: dict[str, int]  # training questions tried as demonstrations, per dataset
+    sft_demos: int  # at most this many demonstrations are trained on (~80 s a step of 8 here)
+    sft_epochs: int
+    sft_batch_size: int
+    sft_lr: float
+    sft_compute_dtype: str
+    pool_candidates: int  # RL questions the warm start is sampled on (``rl_pool``)
+    pool_min: int  # fewer solved than this: the RL phase could not learn, stop
+    dense: bool  # build the dense index too (the RAG-dense baseline)
+    eval_options: dict[str, Any]  # keyword arguments of ``evaluate_cells`` and ``solved_once``
+    rl_overrides: dict[str, Any]  # win over config/search_qa.yaml
+    lora_overrides: dict[str, Any]  # rl_lora's, on top of ``rl_overrides``
 
 
-FULL = RecipeProfile("full")
-TINY = RecipeProfile(
-    "tiny",
-    heldout_limit=8,
-    val_per_dataset=4,
-    demo_candidates={"nq": 12, "triviaqa": 4, "hotpotqa": 12},
-    sft_demos=8,
-    sft_epochs=1,
-    sft_batch_size=4,
-    sft_lr=1.0e-4,
-    sft_compute_dtype="float32",
-    pool_candidates=8,
-    pool_min=0,  # the nano test model solves nothing: RL then trains on the answerable rows
-    dense=False,
-    eval_options={
-        "engine": "hf",
-        "settings_overrides": {"max_tokens_per_turn": 32, "max_obs_length": 400, "max_response_length": 1200},
-    },
-    rl_overrides={
-        "actor.rollout.engine": "hf",
-        "data.train_batch_size": 2,
-        "data.val_batch_size": 4,
-        "data.val_limit": 4,
-        # the test model's tokenizer spends ~3 tokens a word: wide budgets, a nano model is fast
-        "data.max_prompt_length": 2048,
-        "data.max_response_length": 1200,
-        "actor.rollout.n": 2,
-        "actor.rollout.max_tokens_per_turn": 128,
-        "actor.rollout.max_obs_length": 400,
-        "actor.update.mini_batch_size": 4,
-        "actor.update.micro_batch_size": 4,
-        "actor.compute_dtype": "float32",
-        "trainer.total_steps": 2,
-        "trainer.test_freq": 1,  # validates each step, so the best checkpoint is picked as in full
-        "trainer.val_before_train": False,
-        "resources.num_cpus": 2,
-    },
-)
+FULL = load_profile(PROFILE_DIR / "full.yaml", RecipeProfile)
+TINY = load_profile(PROFILE_DIR / "tiny.yaml", RecipeProfile)
 PROFILES = {p.name: p for p in (FULL, TINY)}
-
-
-class Phases:
-    """Runs each phase once: a phase whose marker exists returns the outputs it recorded."""
-
-    def __init__(self, out: Path, only: Sequence[str] | None = None) -> None:
-        self.dir = out / "phases"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.only = set(only) if only else None
-
-    def run(self, name: str, what: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-        marker = self.dir / f"{name}.json"
-        if marker.is_file():
-            print(f"[{name}] done earlier ({marker})")
-            return json.loads(marker.read_text())
-        if self.only is not None and name not in self.only:
-            return None
-        print(f"[{name}] {what}", flush=True)
-        start = time.perf_counter()
-        result = fn() | {"seconds": round(time.perf_counter() - start, 1)}
-        marker.write_text(json.dumps(result, indent=2) + "\n")
-        print(f"[{name}] {result['seconds'] / 60:.1f} min: {json.dumps(result)[:300]}", flush=True)
-        return result
 
 
 # --- phases -----------------------------------------------------------------------------------
@@ -325,7 +268,7 @@ def run_phases(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     data, out = Path(data_dir), Path(out_dir)
-    phases = Phases(out, only)
+    phases = PhaseRunner(RUN_ORDER, markers=out / "phases", only=only, groups={"eval": EVAL_CELL_PHASES})
     done: dict[str, dict[str, Any] | None] = {}
     done["split"] = phases.run(
         "split", "held-out vs training questions", lambda: phase_split(data, out, profile, seed)
@@ -386,7 +329,7 @@ def run_phases(
 
 
 def run_eval_cells(
-    out: Path, phases: Phases, done: dict[str, dict[str, Any] | None], profile: RecipeProfile, seed: int
+    out: Path, phases: PhaseRunner, done: dict[str, dict[str, Any] | None], profile: RecipeProfile, seed: int
 ) -> None:
     """Phase ``eval``: each cell of ``search_qa_eval.CELLS`` whose model and index exist is its
     own phase (``eval-<cell>``), so a finished cell is never re-run."""
@@ -395,8 +338,6 @@ def run_eval_cells(
     for cell, (phase, _, backend) in CELLS.items():
         if phase not in models or (backend == "dense" and not done.get("dense_index")):
             continue
-        if phases.only is not None and "eval" in phases.only:
-            phases.only.add(f"eval-{cell}")
         phases.run(
             f"eval-{cell}",
             f"held-out evaluation: {cell}",

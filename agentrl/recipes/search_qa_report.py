@@ -6,6 +6,8 @@ bootstrap gains, LoRA vs full) and the learning curves. A run's artefacts are la
 full trajectories) and live outside the repository; :func:`archive_run` keeps the small part
 that the block needs (per-question scores without the trajectories, the metric logs, the phase
 markers) in a directory that can be committed, so a later run's cells can be paired with these.
+The logs are read, and their curves taken, with ``agentrl.recipes.curves`` as in the
+quickstart's report; the rest (cells, paired gains, LoRA vs full timing) is this recipe's own.
 
 Command line (archive a run, then render from the archive)::
 
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.recipes.curves import metric_series, read_jsonl
 from agentrl.recipes.search_qa_eval import CELLS, DATASETS
 
 __all__ = [
@@ -61,22 +64,13 @@ SCORE_FIELDS = (
 RL_RUNS = ("rl_full", "rl_lora")
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSONL file, gzipped when its name ends in ``.gz``; none if it is absent."""
-    if not path.is_file():
-        return []
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def _records(cell_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """A cell's scored records (the header line has no ``em``) by (dataset, question id): the full
     predictions of a run, or the archived scores where the run is not at hand."""
     from agentrl.eval.store import PREDICTIONS_FILE
 
     full = cell_dir / PREDICTIONS_FILE
-    lines = _jsonl(full) if full.is_file() else _jsonl(cell_dir / SCORES_FILE)
+    lines = read_jsonl(full) if full.is_file() else read_jsonl(cell_dir / SCORES_FILE)
     return {(r["dataset"], str(r["id"])): r for r in lines if "em" in r}
 
 
@@ -124,7 +118,7 @@ def rl_timing(out: Path, name: str) -> dict[str, float] | None:
     """Medians over the run's steps of each :data:`TIMING_COLUMNS` metric (a median, so the few
     steps that shared the cores with something else do not set the figure), the step count and
     the actor's peak resident memory; None before the run has a step."""
-    steps = [m for m in _jsonl(out / name / "metrics.jsonl") if "timing_s/step" in m]
+    steps = [m for m in read_jsonl(out / name / "metrics.jsonl") if "timing_s/step" in m]
     if not steps:
         return None
     timing = {"steps": float(len(steps))}
@@ -200,8 +194,8 @@ def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
     ``window``-step rolling mean; per RL run the validation EM and F1 (the validation split,
     never the held-out questions), on their own axis since they sit far below the training
     reward. None when nothing was trained yet."""
-    sft = _jsonl(out / "sft" / "sft_metrics.jsonl")
-    runs = {name: _jsonl(out / name / "metrics.jsonl") for name in RL_RUNS}
+    sft = read_jsonl(out / "sft" / "sft_metrics.jsonl")
+    runs = {name: read_jsonl(out / name / "metrics.jsonl") for name in RL_RUNS}
     if not sft and not any(runs.values()):
         return None
     import matplotlib
@@ -210,19 +204,17 @@ def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
     import matplotlib.pyplot as plt
 
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 3.6))
-    left.plot([m["step"] for m in sft], [m["loss"] for m in sft], marker=".")
+    left.plot(*metric_series(sft, "loss"), marker=".")
     left.set(title="SFT warm start", xlabel="optimiser step", ylabel="NLL of model tokens")
     for (name, steps), color in zip(runs.items(), ("tab:blue", "tab:orange"), strict=True):
-        train = [m for m in steps if "reward/score/mean" in m]
-        val = [m for m in steps if "val/all/em" in m]
-        if train:
-            x, reward = [m["step"] for m in train], [m["reward/score/mean"] for m in train]
+        x, reward = metric_series(steps, "reward/score/mean")
+        if x:
             middle.plot(x, reward, color=color, alpha=0.25, linewidth=1)
             middle.plot(x, _rolling_mean(reward, window), color=color, label=f"{name} ({window}-step mean)")
-        if val:
-            x = [m["step"] for m in val]
-            right.plot(x, [m["val/all/em"] for m in val], color=color, marker="o", label=f"{name}: EM")
-            f1 = [m["val/all/f1"] for m in val]  # F1 moves where EM (1 question in 100) cannot
+        x, em = metric_series(steps, "val/all/em")
+        if x:
+            right.plot(x, em, color=color, marker="o", label=f"{name}: EM")
+            x, f1 = metric_series(steps, "val/all/f1")  # F1 moves where EM (1 question in 100) cannot
             right.plot(x, f1, color=color, marker="s", linestyle="--", label=f"{name}: F1")
     middle.set(title="GRPO: training reward (EM of the samples)", xlabel="step", ylabel="EM")
     right.set(title="GRPO: validation (greedy)", xlabel="step", ylabel="EM / F1")
@@ -255,7 +247,7 @@ def archive_run(out: Path, dest: Path) -> list[Path]:
 
     for cell in CELLS:
         cell_dir = out / "eval" / cell
-        lines = _jsonl(cell_dir / PREDICTIONS_FILE)
+        lines = read_jsonl(cell_dir / PREDICTIONS_FILE)
         if not lines or not (cell_dir / "metrics.json").is_file():
             continue
         copy(cell_dir / "metrics.json")
