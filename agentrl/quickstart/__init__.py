@@ -34,7 +34,9 @@ The retriever is stopped and Ray shut down whatever happens.
 Modules: ``profiles`` (the YAML profiles as ``Profile``), ``demonstrations`` (QA rows per hop,
 the SFT demonstrations), ``evaluation`` (the before/after evaluation), ``pipeline`` (the
 phases and ``run_quickstart``), ``report`` (``QuickstartResult``, ``report.md``/``.json``,
-plots), ``cli`` (``main``).
+plots), ``cli`` (``main``). The quickstart is the synthetic-world recipe on the spine the
+recipes share (``agentrl.recipes``): its phases run on ``phases.PhaseRunner`` (without markers:
+every run starts afresh), its profiles are read by ``profiles.load_profile``.
 """
 
 from agentrl.quickstart.cli import main
