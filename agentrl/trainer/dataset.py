@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from agentrl.agent.prompts import encode_messages
 from agentrl.agent.trajectory import PromptSpec
+from agentrl.config.schema import DataConfig
 
 REQUIRED_FIELDS = ("data_source", "prompt", "reward_model")
 
@@ -85,6 +86,24 @@ def build_prompt_dataset(
             f"no usable prompts in {files} ({overlong} longer than max_prompt_length={max_prompt_length})"
         )
     return PromptDataset(prompts, overlong)
+
+
+def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
+    """The training prompts and the validation prompts (None without ``data.val_files``); how
+    many of each were left out as longer than ``data.max_prompt_length`` is printed."""
+    train = build_prompt_dataset(data.train_files, tokenizer, data.max_prompt_length, "train")
+    val = (
+        build_prompt_dataset(data.val_files, tokenizer, data.max_prompt_length, "validation")
+        if data.val_files
+        else None
+    )
+    for name, dataset in (("train", train), ("validation", val)):
+        if dataset is not None and dataset.filtered_overlong:
+            tqdm.write(
+                f"{name}: {dataset.filtered_overlong} prompts longer than data.max_prompt_length="
+                f"{data.max_prompt_length} were left out ({len(dataset.prompts)} kept)"
+            )
+    return train, val
 
 
 class StatefulLoader:

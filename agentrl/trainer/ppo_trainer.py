@@ -8,10 +8,7 @@ and ``fit()`` assigns them, so nothing a stage computes waits on ``self`` for a 
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -35,65 +32,17 @@ from agentrl.models.loading import load_tokenizer
 from agentrl.models.update import NonFiniteLossError
 from agentrl.seeding import derive_seed, rng_state, set_rng_state
 from agentrl.trainer.checkpoint import CheckpointManager
-from agentrl.trainer.dataset import StatefulLoader, build_prompt_dataset
+from agentrl.trainer.dataset import StatefulLoader, build_datasets
 from agentrl.trainer.placement import Roles, start_roles
+from agentrl.trainer.rollout_ahead import RolloutAhead
+from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.base import RunContext
-from agentrl.workers.group import Pending, mini_batch_shards
+from agentrl.workers.group import mini_batch_shards
 
 
 class TrainingDiverged(RuntimeError):
     """A loss, gradient or metric became NaN/inf. Nothing from the failing step is saved."""
-
-
-class StepTimer:
-    """Wall time per stage of one step, as ``timing_s/<stage>``."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        yield
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-
-    def metrics(self) -> dict[str, float]:
-        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
-
-
-def step_metrics(batch: Batch, use_critic: bool) -> dict[str, float]:
-    """What the driver's own stages produced: the reward placed on tokens, advantages, returns,
-    values and how far the engine's log-probs are from the trainer's."""
-    mask = batch["response_mask"]
-    metrics = {
-        "reward/score/mean": float(batch["scores"].mean()),
-        "reward/kl_penalized/mean": float(batch["token_level_rewards"].sum(-1).mean()),
-        "advantages/mean": float(masked_mean(batch["advantages"], mask)),
-        "returns/mean": float(masked_mean(batch["returns"], mask)),
-    }
-    if "old_log_probs" in batch:  # else (actor.skip_old_log_prob) the actor's update reports it
-        metrics["rollout/logprob_diff"] = float(
-            masked_mean((batch["old_log_probs"] - batch["rollout_log_probs"]).abs(), mask)
-        )
-    if use_critic:
-        metrics["critic/values/mean"] = float(masked_mean(batch["values"], mask))
-    return metrics
-
-
-@dataclass
-class RolloutAhead:
-    """A rollout submitted before the step that trains on it (one-step-off-policy)."""
-
-    pending: Pending
-    weights_version: int  # updates the engine's weights had when it was submitted
-    loader_state: dict  # the loader before its prompts were drawn: a checkpoint resumes there
-    _result: RolloutResult | None = None
-
-    def result(self) -> RolloutResult:
-        if self._result is None:
-            self._result = self.pending.result()
-        return self._result
 
 
 class PPOTrainer:
@@ -111,22 +60,7 @@ class PPOTrainer:
         )
         self.run_dir = Path(config.trainer.run_dir)
         self.tokenizer = load_tokenizer(actor.model_path)
-        self.train_data = build_prompt_dataset(
-            config.data.train_files, self.tokenizer, config.data.max_prompt_length, "train"
-        )
-        self.val_data = (
-            build_prompt_dataset(
-                config.data.val_files, self.tokenizer, config.data.max_prompt_length, "validation"
-            )
-            if config.data.val_files
-            else None
-        )
-        for name, data in (("train", self.train_data), ("validation", self.val_data)):
-            if data is not None and data.filtered_overlong:
-                tqdm.write(
-                    f"{name}: {data.filtered_overlong} prompts longer than data.max_prompt_length="
-                    f"{config.data.max_prompt_length} were left out ({len(data.prompts)} kept)"
-                )
+        self.train_data, self.val_data = build_datasets(config.data, self.tokenizer)
         self.loader = StatefulLoader(
             self.train_data.prompts, config.data.train_batch_size, config.data.shuffle, config.data.seed
         )
@@ -207,7 +141,7 @@ class PPOTrainer:
             rollout.trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer
         )
         # Stage 2: make training data
-        if not self.config.actor.skip_old_log_prob:  # else π_old is the update's own forward
+        if self.context.old_log_prob_source == "recomputed":  # else π_old is the update's own forward
             with timer("old_log_prob"):
                 batch["old_log_probs"] = self.roles.actor.run_sharded("compute_log_prob", batch)
         if self.use_critic:
@@ -227,7 +161,7 @@ class PPOTrainer:
         with timer("adv"):
             batch["advantages"], batch["returns"] = self.compute_advantages(batch)
         tis_metrics: dict[str, float] = {}
-        if off_policy:  # the engine sampled with older weights than π_old: re-weight its tokens
+        if off_policy:  # the engine sampled with older weights than π_old (recomputed): re-weight its tokens
             batch["tis_weights"], tis_metrics = truncated_importance_weights(
                 batch["old_log_probs"],
                 batch["rollout_log_probs"],
@@ -236,9 +170,8 @@ class PPOTrainer:
             )
         # Stage 3: update
         update_metrics = self.update(batch, timer)
-        if "actor/logprob_diff" in update_metrics:  # measured on the update's forward: one name for it
-            update_metrics["rollout/logprob_diff"] = update_metrics.pop("actor/logprob_diff")
-        metrics = step_metrics(batch, self.use_critic) | reward_metrics | kl_metrics | tis_metrics
+        metrics = step_metrics(batch, self.use_critic, self.context.old_log_prob_source)
+        metrics |= reward_metrics | kl_metrics | tis_metrics
         return batch, metrics | update_metrics
 
     def close_step(
@@ -247,7 +180,9 @@ class PPOTrainer:
         """Count the step; its metrics, checked finite; the trajectories dumped when asked."""
         self.global_step += 1
         metrics = rollout.metrics | metrics | timer.metrics()
-        metrics |= self.bookkeeping_metrics(batch, timer.seconds["step"])
+        metrics |= bookkeeping_metrics(
+            batch, timer.seconds["step"], self.global_step, self.train_data.filtered_overlong
+        )
         self.check_finite(metrics)
         if self.config.trainer.dump_trajectories:
             self.dump(rollout, batch)
@@ -273,7 +208,8 @@ class PPOTrainer:
     def apply_kl_penalty(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         """token_level_rewards = scores − β · KL(π_old ‖ π_ref) per model token (when KL is in the reward)."""
         metrics = {"kl/coef": self.kl_ctrl.value}
-        if not self.use_reference or "old_log_probs" not in batch:  # skipped: the KL loss reports it
+        if not self.use_reference or self.context.old_log_prob_source != "recomputed":
+            # no π_old before the update (update_forward): the KL loss reports the KL instead
             return batch["token_level_scores"], metrics
         algo, mask = self.config.algorithm, batch["response_mask"]
         rewards, kl = kl_in_reward(
@@ -347,13 +283,6 @@ class PPOTrainer:
         return flat_metrics(records, "val")
 
     # --- bookkeeping -----------------------------------------------------------------
-
-    def bookkeeping_metrics(self, batch: Batch, step_seconds: float) -> dict[str, float]:
-        return {
-            "throughput/tokens_per_s": float(batch["attention_mask"].sum()) / max(step_seconds, 1e-9),
-            "training/global_step": float(self.global_step),
-            "data/filtered_overlong_prompts": float(self.train_data.filtered_overlong),
-        }
 
     def check_finite(self, metrics: dict[str, float]) -> None:
         bad = first_non_finite(metrics)

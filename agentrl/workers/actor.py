@@ -250,8 +250,9 @@ class ActorWorker(PolicyWorker, TrainableWorker):
                 chunk_tokens=actor.update.logit_chunk_tokens,
                 packed=actor.update.pack_sequences,
             )
-        # actor.skip_old_log_prob: one on-policy optimiser step, so π_old is this very forward
-        old_log_probs = micro["old_log_probs"] if "old_log_probs" in micro else log_probs.detach()
+        from_forward = self.context.old_log_prob_source == "update_forward"
+        # update_forward (actor.skip_old_log_prob): one on-policy optimiser step, so π_old is this forward
+        old_log_probs = log_probs.detach() if from_forward else micro["old_log_probs"]
         pg_loss, metrics = policy_loss(
             log_probs,
             old_log_probs,
@@ -277,9 +278,9 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             loss = loss + actor.kl_loss_coef * kl_loss
             metrics["kl_loss"] = kl_loss.detach()
         metrics["approx_kl_to_rollout"] = masked_mean(old_log_probs - log_probs.detach(), mask)
-        if "old_log_probs" not in micro:  # the engine-vs-trainer gap the skipped pass would have shown
+        if from_forward:  # the engine-vs-trainer gap stage 2 would have shown, under its name
             gap = (log_probs.detach() - micro["rollout_log_probs"]).abs()
-            metrics["logprob_diff"] = masked_mean(gap, mask)
+            metrics["rollout/logprob_diff"] = masked_mean(gap, mask)
         return loss, metrics
 
     def update_actor(self, batch: Batch) -> dict[str, float]:

@@ -21,6 +21,7 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -35,6 +36,11 @@ from agentrl.seeding import rng_state, seed_everything, set_rng_state
 
 STRATEGIES = ("dp", "fsdp")  # dp: full replicas, gradients summed; fsdp: FSDP2 shards (models/sharding.py)
 DEVICES = ("cpu", "cuda")
+
+# Where the PPO ratio's π_old comes from: "recomputed" by stage 2's no-grad pass under the current
+# weights, or the actor's "update_forward" itself, detached (actor.skip_old_log_prob: one on-policy
+# optimiser step, so π_old = π_θ there).
+OldLogProbSource = Literal["recomputed", "update_forward"]
 
 
 _LIBC: ctypes.CDLL | None = None
@@ -87,6 +93,7 @@ class RunContext:
     max_response_length: int  # the response budget; also the Dr.GRPO loss normaliser
     strategy: str = "dp"  # dp | fsdp (resources.strategy)
     overlap_rollout: bool = False  # the next rollout runs during the update (trainer.one_step_off_policy)
+    old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
 
     @classmethod
     def from_config(cls, config: ExperimentConfig) -> RunContext:
@@ -98,6 +105,7 @@ class RunContext:
             max_response_length=config.data.max_response_length,
             strategy=config.resources.strategy,
             overlap_rollout=config.trainer.one_step_off_policy,
+            old_log_prob_source="update_forward" if config.actor.skip_old_log_prob else "recomputed",
         )
 
 
@@ -218,6 +226,8 @@ class TrainableWorker(ModelWorker):
         ``batch`` is this rank's shard (``mini_batch_shards``): its i-th slice of
         ``mini_batch_size // world_size`` rows is its part of the i-th global mini-batch.
         ``weighting`` is ``tokens`` for token-mean losses, ``sequences`` for the seq-mean modes.
+        The loss's metrics come back as ``<metric_prefix>/<name>``, means over micro-batches,
+        except a name that carries its own prefix (``rollout/logprob_diff``), kept as it is.
         """
         local_mini = max(1, update.mini_batch_size // self.world_size)
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
@@ -240,7 +250,8 @@ class TrainableWorker(ModelWorker):
                     what=metric_prefix,
                 )
                 for name, values in step.metrics.items():
-                    history[f"{metric_prefix}/{name}"].extend(values)
+                    # a name with its own prefix is already final: its producer names another place
+                    history[name if "/" in name else f"{metric_prefix}/{name}"].extend(values)
                 history[f"{metric_prefix}/grad_norm"].append(step.grad_norm)
         self.scheduler.step()
         release_free_heap()  # the rollout that follows should not carry the update's freed peak

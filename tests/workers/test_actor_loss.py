@@ -115,12 +115,45 @@ def test_the_entropy_metric_is_the_mean_over_model_tokens_whatever_the_loss_aggr
         actor.actor = original
 
 
+def test_the_run_context_decides_the_pi_old_source_once_from_the_config(tiny_model_dir):
+    on_policy = [f"actor.model_path={tiny_model_dir}", "actor.rollout.n=2", "actor.update.mini_batch_size=16"]
+    recomputed = RunContext.from_config(load_config("grpo", on_policy))
+    skipped = RunContext.from_config(load_config("grpo", [*on_policy, "actor.skip_old_log_prob=true"]))
+    assert (recomputed.old_log_prob_source, skipped.old_log_prob_source) == ("recomputed", "update_forward")
+
+
+def test_the_actor_takes_pi_old_from_the_source_it_was_given_not_from_the_batch_keys(actor):
+    batch = rollout_batch(actor.model.config.vocab_size, actor.tokenizer.pad_token_id, seed=4)
+    generator = torch.Generator().manual_seed(5)
+    batch["rollout_log_probs"] = -torch.rand(batch["responses"].shape, generator=generator)
+    batch["old_log_probs"] = batch["rollout_log_probs"] - 1.0  # far from the policy: a ratio that clips
+    without_old = batch.select(*sorted(set(batch.keys()) - {"old_log_probs"}))
+    own_forward = batch.select(*batch.keys())
+    own_forward["old_log_probs"] = actor.compute_log_prob(batch)
+    recomputed_loss, recomputed_metrics = actor._actor_loss(batch)
+    pi_old_is_own_forward, _ = actor._actor_loss(own_forward)
+    with pytest.raises(KeyError, match="old_log_probs"):  # a missing π_old is an error, not a mode
+        actor._actor_loss(without_old)
+    given = actor.context
+    try:
+        actor.context = replace(given, old_log_prob_source="update_forward")
+        forward_loss, forward_metrics = actor._actor_loss(batch)  # the batch's π_old is not read
+        without_old_loss, _ = actor._actor_loss(without_old)
+    finally:
+        actor.context = given
+    assert forward_loss.item() == pytest.approx(pi_old_is_own_forward.item(), rel=1e-5, abs=1e-7)
+    assert without_old_loss.item() == pytest.approx(forward_loss.item(), rel=1e-6)
+    assert recomputed_loss.item() != pytest.approx(forward_loss.item(), rel=1e-3), "the given π_old counts"
+    assert "rollout/logprob_diff" in forward_metrics and "rollout/logprob_diff" not in recomputed_metrics
+
+
 def test_skipping_the_old_log_prob_pass_leaves_a_single_on_policy_update_unchanged(tiny_model_dir):
     # One optimiser step on fresh samples: π_old = π_θ, so the update's own detached forward can
     # stand in for the no-grad pass (actor.skip_old_log_prob) without changing the step.
     section = actor_section(str(tiny_model_dir))
     section = replace(section, update=replace(section.update, micro_batch_size=4))
-    workers = [ActorWorker(section, context("dp")) for _ in range(2)]
+    sources = ("recomputed", "update_forward")
+    workers = [ActorWorker(section, replace(context("dp"), old_log_prob_source=s)) for s in sources]
     drawn = ppo_batch(workers[0].model.config.vocab_size)
     drawn["rollout_log_probs"] = drawn["old_log_probs"]  # the engine's, off the trainer's
     batch = drawn.select(*sorted(set(drawn.keys()) - {"old_log_probs"}))
@@ -132,7 +165,9 @@ def test_skipping_the_old_log_prob_pass_leaves_a_single_on_policy_update_unchang
     skipped = workers[1].model.state_dict()
     for name, tensor in workers[0].model.state_dict().items():
         torch.testing.assert_close(skipped[name], tensor, rtol=1e-5, atol=1e-7, msg=name)
-    assert metrics[1]["actor/logprob_diff"] == pytest.approx(expected_diff.item(), rel=1e-5)
-    assert "actor/logprob_diff" not in metrics[0]
+    # emitted under the name the user sees, the one the driver uses when stage 2 runs
+    assert metrics[1]["rollout/logprob_diff"] == pytest.approx(expected_diff.item(), rel=1e-5)
+    assert "rollout/logprob_diff" not in metrics[0]
+    assert not any(name.endswith("logprob_diff") for name in metrics[1] if name != "rollout/logprob_diff")
     assert metrics[1]["actor/pg_loss"] == pytest.approx(metrics[0]["actor/pg_loss"], rel=1e-5)
     assert metrics[0]["actor/grad_norm"] > 0, "the step must move the weights for the comparison to count"
