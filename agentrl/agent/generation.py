@@ -48,9 +48,6 @@ from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import Engine, SamplingParams
 from agentrl.seeding import derive_seed
 
-# Per-rank figures, merged over data-parallel ranks by their maximum (the ranks run at once).
-PER_RANK_MAXIMA = ("rollout/tool_busy_s", "actor/weight_sync_s", "actor/engine_sleep_freed_mb")
-
 
 @dataclass
 class RolloutResult:
@@ -60,23 +57,34 @@ class RolloutResult:
 
     trajectories: list[Trajectory]
     metrics: dict[str, float]
+    # The names in ``metrics`` that are one rank's figure, not a property of the trajectories:
+    # merged over data-parallel ranks by their maximum (the ranks run at once). Each producer
+    # declares its own (``add_per_rank``), so the merge knows no name it did not make.
+    per_rank: tuple[str, ...] = ()
+
+    def add_per_rank(self, figures: dict[str, float]) -> None:
+        """Add figures of this rank alone to ``metrics``, under their producer's names (the
+        actor's weight sync and engine sleep): over ranks they merge by their maximum."""
+        self.metrics.update(figures)
+        self.per_rank = tuple(dict.fromkeys((*self.per_rank, *figures)))
 
     @classmethod
     def merge(cls, parts: Sequence[RolloutResult]) -> RolloutResult:
         """The data-parallel ranks' rollouts as one: trajectories in rank order, the metrics
-        recomputed over all of them, and the largest per-rank figures (``PER_RANK_MAXIMA``)."""
+        recomputed over all of them, and the largest of each per-rank figure (``per_rank``)."""
         trajectories = [t for part in parts for t in part.trajectories]
         prefix = "rollout/tool_calls/"
         tags = sorted(
             {key[len(prefix) :] for part in parts for key in part.metrics if key.startswith(prefix)}
         )
+        per_rank = tuple(dict.fromkeys(key for part in parts for key in part.per_rank))
         largest = {
             key: max(part.metrics[key] for part in parts if key in part.metrics)
-            for key in PER_RANK_MAXIMA
+            for key in per_rank
             if any(key in part.metrics for part in parts)
         }
         metrics = rollout_metrics(trajectories, tags) | {"rollout/tool_busy_s": 0.0} | largest
-        return cls(trajectories, metrics)
+        return cls(trajectories, metrics, per_rank)
 
 
 def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_response_length: int) -> None:
@@ -195,10 +203,9 @@ class LLMGenerationManager:
         if self.config.check_token_drift:
             for t in trajectories:
                 t.token_drift = token_drift(self.tokenizer, t.response_ids)
-        metrics = rollout_metrics(trajectories, self.rules.tool_tags) | {
-            "rollout/tool_busy_s": dispatcher.busy_seconds
-        }
-        return RolloutResult(trajectories, metrics)
+        result = RolloutResult(trajectories, rollout_metrics(trajectories, self.rules.tool_tags))
+        result.add_per_rank({"rollout/tool_busy_s": dispatcher.busy_seconds})
+        return result
 
     async def _close_tools(self) -> None:
         """Let tools release per-event-loop resources (HTTP sessions); ``close`` is optional."""

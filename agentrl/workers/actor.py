@@ -210,12 +210,12 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
         result = manager.run(prompts, self.sampling_params(validate, rank_seed), n=n)
         if sync_seconds is not None:
-            result.metrics["actor/weight_sync_s"] = sync_seconds
+            result.add_per_rank({"actor/weight_sync_s": sync_seconds})  # merged by the maximum
         if self.engine_sleeps:
             freed = manager.engine.sleep(release_weights=self.engine_owns_weights)
             if freed and self.engine_owns_weights:  # its copy was released: resend before the next rollout
                 self._engine_stale = True
-            result.metrics["actor/engine_sleep_freed_mb"] = freed / 2**20
+            result.add_per_rank({"actor/engine_sleep_freed_mb": freed / 2**20})
         return result
 
     def sync_engine(self) -> float | None:
