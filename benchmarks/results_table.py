@@ -126,11 +126,15 @@ def main(argv: list[str] | None = None) -> int:
         DatasetSpec("nq", args.nq, (), args.limit, args.seed),
         DatasetSpec("hotpotqa", args.hotpotqa, ("all_supporting_in_corpus",), args.limit, args.seed),
     ]
-    settings = EvalSettings(
+    settings = EvalSettings().with_overrides(
         topk=args.topk,
         max_turns=args.max_turns,
         max_tokens_per_turn=args.max_tokens_per_turn,
         batch_size=args.batch_size,
+        # the budgets the published table was measured with (the evaluation CLI's defaults)
+        max_prompt_length=2048,
+        max_obs_length=512,
+        schedule="lockstep",
     )
     servers: dict[str, RetrieverProcess] = {}
     try:

@@ -28,9 +28,14 @@ from agentrl.eval.harness import EvalSettings, evaluate
 from agentrl.eval.prompts import MODES
 from agentrl.eval.report import markdown_table
 
+# Where the command line's defaults depart from the default experiment's (``EvalSettings()``):
+# the Search-R1 evaluation's budgets it has always had, so a rerun of an older command measures
+# the same thing (long prompts, for rag's documents; 512-token observations; lockstep turns).
+CLI_DEFAULTS = {"max_prompt_length": 2048, "max_obs_length": 512, "schedule": "lockstep", "batch_size": 32}
+
 
 def build_parser() -> argparse.ArgumentParser:
-    d = EvalSettings()
+    d = EvalSettings().with_overrides(**CLI_DEFAULTS)
     p = argparse.ArgumentParser(
         prog="python -m agentrl.eval",
         description=__doc__.split("\n\n")[0],
@@ -104,13 +109,9 @@ def _specs(args: argparse.Namespace) -> list[DatasetSpec]:
     return [DatasetSpec(n, p, tuple(require.get(n, ())), args.limit, args.seed) for n, p in names.items()]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    settings = EvalSettings(
+def settings_from_args(args: argparse.Namespace) -> EvalSettings:
+    """The evaluation settings the flags name, each flag overriding its field of ``EvalSettings()``."""
+    return EvalSettings().with_overrides(
         topk=args.topk,
         max_turns=args.max_turns,
         greedy=not args.sample,
@@ -126,6 +127,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=args.batch_size,
         answer_rule=args.answer_rule,
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    settings = settings_from_args(args)
     specs = _specs(args)
     engine_kwargs = {"max_batch_size": args.max_batch_size, "dtype": args.dtype}
     out = Path(args.out)

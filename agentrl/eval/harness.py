@@ -33,10 +33,10 @@ records written so far are kept and the run resumes where it stopped.
 
 from __future__ import annotations
 
-import asyncio
+import copy
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,10 @@ from tqdm import tqdm
 
 from agentrl.agent.generation import LLMGenerationManager
 from agentrl.agent.tools.search import SearchTool
-from agentrl.agent.tools.search_client import RetrieverClient, RetrieverError
-from agentrl.config.schema import RolloutConfig
-from agentrl.engines import ENGINE_KINDS, SamplingParams, build_engine
+from agentrl.agent.tools.search_client import RetrieverClient
+from agentrl.config.schema import DataConfig, ExperimentConfig, RolloutConfig
+from agentrl.engines import SamplingParams
+from agentrl.eval.backends import open_engine, resolve_model_dir, retrieve, retriever_info
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.extraction import check_answer_rule
 from agentrl.eval.prompts import MODES, build_prompt
@@ -55,7 +56,7 @@ from agentrl.eval.report import aggregate
 from agentrl.eval.results import EvalResults
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
 
-__all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir"]
+__all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir", "search_tool_options"]
 
 # Settings that may change between an interrupted run and its continuation. ``answer_rule``
 # is not one: records scored under two rules must not share a table.
@@ -64,35 +65,64 @@ RUNTIME_SETTINGS = ("batch_size", "retriever_url", "engine")
 LEGACY_SETTINGS = {"answer_rule": "tag"}
 
 
+SEARCH_TOOL_PATH = f"{SearchTool.__module__}.{SearchTool.__qualname__}"  # as a config's tools name it
+
+
+def search_tool_options(rollout: RolloutConfig) -> dict[str, Any] | None:
+    """The options (``url``, ``topk``, ...) of the search tool in ``rollout.tools``; None without one."""
+    for tool in rollout.tools:
+        if tool.class_path == SEARCH_TOOL_PATH:
+            return dict(tool.options)
+    return None
+
+
+def _from_rollout(name: str) -> Any:
+    """A read-only view of ``rollout.<name>``: the value is declared once, in ``RolloutConfig``."""
+    return property(lambda self: getattr(self.rollout, name), doc=f"``rollout.{name}``")
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     """Decoding, budgets and retrieval of an evaluation (recorded beside the numbers).
 
-    Greedy by default, as in the Search-R1 evaluation. ``max_tokens_per_turn`` caps each
-    generation; ``max_response_length`` caps all turns plus observations of one answer.
-    ``batch_size`` questions are rolled out (and written to disk) at a time.
-    ``answer_rule`` (one of ``extraction.ANSWER_RULES``) picks what a record scores: the
-    accepted ``<answer>`` tag only (``tag``) or, failing one, a short answer read from the
-    last model turn (``tag-or-first-line``, the fair baseline protocol).
+    ``rollout`` is a training config's rollout section, whole: turns, tokens a turn,
+    observation length, schedule, temperature / top-p / top-k (readable here by those names
+    too). The other fields are the evaluation's own. :meth:`from_experiment` makes the
+    settings that evaluate what a config trains, and :meth:`with_overrides` changes fields
+    of either kind by name. The defaults are the default experiment's:
+    ``EvalSettings() == EvalSettings.from_experiment(ExperimentConfig())``.
+
+    Greedy by default, as the trainer's validation and the Search-R1 evaluation.
+    ``max_tokens_per_turn`` caps each generation; ``max_response_length`` caps all turns
+    plus observations of one answer. ``batch_size`` questions are rolled out (and written to
+    disk) at a time. ``answer_rule`` (one of ``extraction.ANSWER_RULES``) picks what a record
+    scores: the accepted ``<answer>`` tag only (``tag``) or, failing one, a short answer
+    read from the last model turn (``tag-or-first-line``, the fair baseline protocol).
     """
 
-    topk: int = 3
-    max_turns: int = 2
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    topk: int = 3  # the search tool's default
     greedy: bool = True
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
     seed: int = 0
-    max_tokens_per_turn: int = 256
-    max_prompt_length: int = 2048
-    max_response_length: int = 1024
-    max_obs_length: int = 512
-    schedule: str = "lockstep"
-    batch_size: int = 32
+    max_prompt_length: int = DataConfig.max_prompt_length
+    max_response_length: int = DataConfig.max_response_length
+    batch_size: int = DataConfig.val_batch_size
     retriever_timeout_s: float = 30.0
     answer_rule: str = "tag"
 
+    max_turns = _from_rollout("max_turns")
+    max_tokens_per_turn = _from_rollout("max_tokens_per_turn")
+    max_obs_length = _from_rollout("max_obs_length")
+    schedule = _from_rollout("schedule")
+    temperature = _from_rollout("temperature")
+    top_p = _from_rollout("top_p")
+    top_k = _from_rollout("top_k")
+
     def __post_init__(self) -> None:
+        if not isinstance(self.rollout, RolloutConfig):
+            raise TypeError(
+                f"EvalSettings.rollout must be a RolloutConfig, got {type(self.rollout).__name__}"
+            )
         check_answer_rule(self.answer_rule, "EvalSettings.answer_rule")
         for name in ("topk", "max_tokens_per_turn", "max_prompt_length", "max_response_length", "batch_size"):
             if getattr(self, name) < 1:
@@ -101,6 +131,46 @@ class EvalSettings:
             raise ValueError(f"EvalSettings.max_turns must be >= 0, got {self.max_turns}")
         if not self.greedy and self.temperature <= 0:
             raise ValueError(f"EvalSettings.temperature must be > 0 when sampling, got {self.temperature}")
+
+    @classmethod
+    def from_experiment(cls, cfg: ExperimentConfig, **overrides: Any) -> EvalSettings:
+        """The evaluation of what ``cfg`` trains, then ``overrides`` by field name (:meth:`with_overrides`).
+
+        A copy of ``cfg.actor.rollout``; the data's prompt and response budgets; the
+        validation's batch size and decoding (``rollout.val_greedy``); the experiment's seed;
+        the ``topk`` and ``timeout_s`` of its search tool where its options set them.
+        """
+        rollout = copy.deepcopy(cfg.actor.rollout)
+        search = search_tool_options(rollout) or {}
+        tool = {"topk": int(search["topk"])} if "topk" in search else {}
+        if "timeout_s" in search:
+            tool["retriever_timeout_s"] = float(search["timeout_s"])
+        settings = cls(
+            rollout=rollout,
+            greedy=rollout.val_greedy,
+            seed=cfg.seed,
+            max_prompt_length=cfg.data.max_prompt_length,
+            max_response_length=cfg.data.max_response_length,
+            batch_size=cfg.data.val_batch_size,
+            **tool,
+        )
+        return settings.with_overrides(**overrides)
+
+    def with_overrides(self, **changes: Any) -> EvalSettings:
+        """These settings with ``changes``, each naming a field of the evaluation's or of ``rollout``'s."""
+        own = {f.name for f in fields(self)}
+        of_rollout = {f.name for f in fields(RolloutConfig)}
+        unknown = sorted(set(changes) - own - of_rollout)
+        if unknown:
+            raise ValueError(
+                f"EvalSettings: no field named {', '.join(map(repr, unknown))}; the evaluation's are "
+                f"{sorted(own)} and the rollout's (RolloutConfig) {sorted(of_rollout)}"
+            )
+        mine = {k: v for k, v in changes.items() if k in own}
+        rollout = replace(
+            mine.pop("rollout", self.rollout), **{k: changes[k] for k in changes if k in of_rollout}
+        )
+        return replace(self, rollout=rollout, **mine)
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -123,80 +193,6 @@ class EvalSettings:
             "seed": self.seed,
             "max_tokens_per_turn": self.max_tokens_per_turn,
         }
-
-
-def resolve_model_dir(path: str | Path) -> Path:
-    """A model directory, or a training checkpoint ``step_N`` whose policy is in ``actor/``."""
-    p = Path(path)
-    if (p / "config.json").is_file():
-        return p
-    if (p / "actor" / "config.json").is_file():
-        return p / "actor"
-    raise FileNotFoundError(
-        f"model {str(p)!r}: expected a Hugging Face model directory (config.json) or a training "
-        f"checkpoint directory with an actor/ subdirectory"
-    )
-
-
-def _open_engine(
-    model: Any, tokenizer: Any, engine: str, engine_kwargs: Mapping[str, Any]
-) -> tuple[Any, Any, str, bool]:
-    """``(engine, tokenizer, model name, owned)`` from a path, an ``nn.Module`` or an Engine."""
-    if isinstance(model, (str, Path)):
-        model_dir = resolve_model_dir(model)
-        if engine not in ENGINE_KINDS:
-            raise ValueError(f"engine must be one of {ENGINE_KINDS}, got {engine!r}")
-        if tokenizer is None:
-            from agentrl.models.loading import load_tokenizer
-
-            tokenizer = load_tokenizer(model_dir)
-        return build_engine(engine, model_path=model_dir, **engine_kwargs), tokenizer, str(model_dir), True
-    if tokenizer is None:
-        raise ValueError("evaluate: a tokenizer is required when passing a model object or an engine")
-    if hasattr(model, "generate_batch"):
-        return model, tokenizer, type(model).__name__, False
-    import torch
-
-    if isinstance(model, torch.nn.Module):
-        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
-        return (
-            build_engine("hf", model=model, tokenizer=tokenizer, **engine_kwargs),
-            tokenizer,
-            str(name),
-            True,
-        )
-    raise TypeError(f"evaluate: model must be a path, an nn.Module or an Engine, got {type(model).__name__}")
-
-
-def retriever_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
-    """What the retriever at ``url`` says about itself (backend, corpus size, index), checking it is up."""
-    client = RetrieverClient(url, timeout_s=timeout_s, deadline_s=timeout_s, max_attempts=2)
-
-    async def ask() -> dict:
-        try:
-            return await client.health()
-        finally:
-            await client.close()
-
-    try:
-        body = asyncio.run(ask())
-    except RetrieverError as exc:
-        raise RuntimeError(f"retriever_url {url!r}: the retriever is not reachable ({exc})") from None
-    if not body.get("ready"):
-        raise RuntimeError(
-            f"retriever_url {url!r}: the retriever is not ready (status {body.get('status')!r})"
-        )
-    return {k: body.get(k) for k in ("backend", "corpus_size", "index")}
-
-
-def _retrieve(client: RetrieverClient, questions: Sequence[EvalQuestion], topk: int) -> list[list[dict]]:
-    async def once() -> list[list[dict]]:
-        try:
-            return await client.retrieve([q.question for q in questions], topk)
-        finally:
-            await client.close()
-
-    return asyncio.run(once())
 
 
 def evaluate(
@@ -239,7 +235,7 @@ def evaluate(
         retriever = retriever_info(retriever_url) | {"corpus": corpus}
     data = load_all(specs)  # before the model: a bad data file fails in seconds
 
-    eng, tokenizer, default_name, owned = _open_engine(model, tokenizer, engine, dict(engine_kwargs or {}))
+    eng, tokenizer, default_name, owned = open_engine(model, tokenizer, engine, dict(engine_kwargs or {}))
     header = _header(
         mode,
         settings,
@@ -251,25 +247,15 @@ def evaluate(
         retriever_url,
     )
     out = Path(out_dir) if out_dir is not None else None
-    store = (
-        ResultsStore(out / PREDICTIONS_FILE, header, ignore=RUNTIME_SETTINGS, legacy=LEGACY_SETTINGS)
-        if out
-        else None
-    )
-    # a record resumed from a file older than ``extracted`` was scored under ``tag``: never extracted
-    records: list[dict[str, Any]] = [{"extracted": False} | r for r in store.records] if store else []
+    store, records = _resumed(out, header)
     resumed, done = len(records), store.done if store else set()
     pending = [q for qs in data.values() for q in qs if (q.dataset, q.id) not in done]
     total = sum(len(qs) for qs in data.values())
     manager = _manager(eng, tokenizer, mode, settings, retriever_url)
     start = time.perf_counter()
+    initial = total - len(pending)
     bar = tqdm(
-        total=total,
-        initial=total - len(pending),
-        desc=f"eval {mode}",
-        unit="q",
-        disable=not progress,
-        dynamic_ncols=True,
+        total=total, initial=initial, desc=f"eval {mode}", unit="q", disable=not progress, dynamic_ncols=True
     )
     try:
         for new in _score_in_chunks(manager, tokenizer, mode, pending, settings, retriever_url):
@@ -289,6 +275,15 @@ def evaluate(
     if out:
         results.write(out)
     return results
+
+
+def _resumed(out: Path | None, header: dict[str, Any]) -> tuple[ResultsStore | None, list[dict[str, Any]]]:
+    """The results store under ``out`` (None without one) and the records it already holds."""
+    if out is None:
+        return None, []
+    store = ResultsStore(out / PREDICTIONS_FILE, header, ignore=RUNTIME_SETTINGS, legacy=LEGACY_SETTINGS)
+    # a record resumed from a file older than ``extracted`` was scored under ``tag``: never extracted
+    return store, [{"extracted": False} | r for r in store.records]
 
 
 def _dataset_specs(mode: str, datasets: Sequence[DatasetSpec | str | Path]) -> list[DatasetSpec]:
@@ -342,15 +337,13 @@ def _manager(eng: Any, tokenizer: Any, mode: str, settings: EvalSettings, retrie
         tools = {
             "search": SearchTool(retriever_url, topk=settings.topk, timeout_s=settings.retriever_timeout_s)
         }
-    config = RolloutConfig(
+    # The settings' rollout as it is, but for three things the evaluation decides: a one-shot mode
+    # has no turns to search in, a dead retriever must stop the run rather than lower its numbers,
+    # and the tools are the ones built above (the evaluation's retriever and top-k).
+    config = replace(
+        settings.rollout,
         max_turns=settings.max_turns if mode == "agent" else 0,
-        max_tokens_per_turn=settings.max_tokens_per_turn,
-        max_obs_length=settings.max_obs_length,
-        schedule=settings.schedule,
         tool_error_policy="raise",
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        top_k=settings.top_k,
         tools=[],
     )
     return LLMGenerationManager(
@@ -380,7 +373,7 @@ def _score_in_chunks(
     for i in range(0, len(pending), settings.batch_size):
         chunk = pending[i : i + settings.batch_size]
         docs: list[list[dict] | None] = (
-            _retrieve(client, chunk, settings.topk) if client else [None] * len(chunk)
+            retrieve(client, chunk, settings.topk) if client else [None] * len(chunk)
         )
         prompts = [build_prompt(tokenizer, mode, q, d) for q, d in zip(chunk, docs, strict=True)]
         trajectories = manager.run(prompts, settings.sampling()).trajectories

@@ -1,9 +1,11 @@
 """The quickstart's before/after evaluation, through ``agentrl.eval``: greedy agent rollouts on held-out rows.
 
-The settings are read from the PPO config (:func:`eval_settings`), so the evaluation rolls
-out exactly what PPO trains and validates: the same turn budgets, observation length,
-schedule, prompt/response budgets, retriever and top-k. The records of
-``agentrl.eval.evaluate`` are summarised overall and per hop (:func:`summarize`).
+The settings are the PPO config's (:func:`eval_settings`: ``EvalSettings.from_experiment``
+with no override), so the evaluation rolls out exactly what PPO trains and validates: its
+rollout section whole (turns, tokens a turn, observation length, schedule), its
+prompt/response budgets, validation batch size and greedy decoding, and its search tool's
+top-k, against its retriever. The records of ``agentrl.eval.evaluate`` are summarised
+overall and per hop (:func:`summarize`).
 """
 
 from __future__ import annotations
@@ -16,40 +18,28 @@ from agentrl.quickstart.demonstrations import hop_label
 
 __all__ = ["SEARCH_TOOL", "eval_settings", "evaluate_policy", "search_options", "summarize", "summary_line"]
 
-SEARCH_TOOL = "agentrl.agent.tools.search.SearchTool"
+SEARCH_TOOL = "agentrl.agent.tools.search.SearchTool"  # the tool whose retriever the evaluation asks
 DATASET = "heldout"  # the evaluation's name for the rows file (records are grouped by data_source)
 
 
 def search_options(config: Any) -> dict[str, Any]:
     """The options (url, topk, ...) of the search tool in the PPO config's rollout."""
-    for tool in config.actor.rollout.tools:
-        if tool.class_path == SEARCH_TOOL:
-            return dict(tool.options)
-    raise ValueError(f"the PPO config's actor.rollout.tools has no {SEARCH_TOOL}: the evaluation needs one")
+    from agentrl.eval.harness import search_tool_options
+
+    options = search_tool_options(config.actor.rollout)
+    if options is None:
+        raise ValueError(
+            f"the PPO config's actor.rollout.tools has no {SEARCH_TOOL}: the evaluation needs one"
+        )
+    return options
 
 
 def eval_settings(config: Any, seed: int = 0) -> Any:
-    """``EvalSettings`` of a greedy evaluation with the PPO config's rollout, budgets and top-k."""
+    """``EvalSettings`` of the PPO config (``from_experiment``), with ``seed`` (only sampling reads it)."""
     from agentrl.eval import EvalSettings
 
-    rollout, search = config.actor.rollout, search_options(config)
-    timeout = {"retriever_timeout_s": float(search["timeout_s"])} if "timeout_s" in search else {}
-    return EvalSettings(
-        topk=int(search.get("topk", EvalSettings.topk)),
-        max_turns=rollout.max_turns,
-        greedy=True,
-        temperature=rollout.temperature,
-        top_p=rollout.top_p,
-        top_k=rollout.top_k,
-        seed=seed,
-        max_tokens_per_turn=rollout.max_tokens_per_turn,
-        max_prompt_length=config.data.max_prompt_length,
-        max_response_length=config.data.max_response_length,
-        max_obs_length=rollout.max_obs_length,
-        schedule=rollout.schedule,
-        batch_size=config.data.val_batch_size,
-        **timeout,
-    )
+    search_options(config)  # refused here, before any model loads, when there is no retriever to ask
+    return EvalSettings.from_experiment(config, seed=seed)
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:

@@ -14,11 +14,18 @@ from support.scripted_engine import ScriptedEngine
 from agentrl.data.qa import QADataError
 from agentrl.engines.hf import HFEngine
 from agentrl.eval import DatasetSpec, EvalSettings, SettingsMismatch, evaluate, load_questions
+from agentrl.eval.cli import CLI_DEFAULTS
 from agentrl.eval.cli import main as cli_main
 from agentrl.eval.datasets import EvalQuestion
 from agentrl.eval.prompts import build_prompt
 
-SETTINGS = EvalSettings(max_tokens_per_turn=8, max_response_length=96, max_obs_length=96, batch_size=2)
+
+def eval_settings(**fields) -> EvalSettings:
+    """The command line's settings (its long prompt budget: a rag prompt holds documents) with ``fields``."""
+    return EvalSettings().with_overrides(**(CLI_DEFAULTS | fields))
+
+
+SETTINGS = eval_settings(max_tokens_per_turn=8, max_response_length=96, max_obs_length=96, batch_size=2)
 RECORD_FIELDS = {
     "dataset",
     "data_source",
@@ -133,7 +140,9 @@ def test_prompts_differ_by_mode(tokenizer):
 
 def test_agent_mode_searches_through_the_manager(tokenizer, questions_file, retriever_url, tmp_path):
     engine = ScriptedEngine(tokenizer, searching_policy)
-    settings = EvalSettings(max_tokens_per_turn=64, max_response_length=512, max_obs_length=256, batch_size=3)
+    settings = eval_settings(
+        max_tokens_per_turn=64, max_response_length=512, max_obs_length=256, batch_size=3
+    )
     res = evaluate(
         engine,
         tokenizer,
@@ -225,7 +234,7 @@ def test_interrupted_evaluation_resumes_without_duplicates(
             None,
             spec,
             "direct",
-            settings=EvalSettings(max_tokens_per_turn=9, batch_size=2),
+            settings=eval_settings(max_tokens_per_turn=9, batch_size=2),
             out_dir=out,
             progress=False,
         )
@@ -335,8 +344,8 @@ def prose_policy(context: str) -> str:
 
 def test_fair_baseline_rule_scores_prose_answers_and_is_recorded(tokenizer, questions_file, tmp_path):
     spec = [toy(questions_file)]
-    settings = EvalSettings(max_tokens_per_turn=64, max_response_length=128, batch_size=4)
-    fair_settings = EvalSettings(
+    settings = eval_settings(max_tokens_per_turn=64, max_response_length=128, batch_size=4)
+    fair_settings = eval_settings(
         max_tokens_per_turn=64, max_response_length=128, batch_size=4, answer_rule="tag-or-first-line"
     )
 

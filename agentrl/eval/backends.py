@@ -1,0 +1,95 @@
+"""What an evaluation runs against: the model's engine (from a path, a module or an engine) and the retriever.
+
+``open_engine`` turns what ``evaluate`` was given into an engine it can generate with;
+``retriever_info`` checks that the retriever is up and reads what it says about itself;
+``retrieve`` fetches the top-k documents of a chunk of questions (the rag mode's prompts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentrl.agent.tools.search_client import RetrieverClient, RetrieverError
+from agentrl.engines import ENGINE_KINDS, build_engine
+from agentrl.eval.datasets import EvalQuestion
+
+__all__ = ["open_engine", "resolve_model_dir", "retrieve", "retriever_info"]
+
+
+def resolve_model_dir(path: str | Path) -> Path:
+    """A model directory, or a training checkpoint ``step_N`` whose policy is in ``actor/``."""
+    p = Path(path)
+    if (p / "config.json").is_file():
+        return p
+    if (p / "actor" / "config.json").is_file():
+        return p / "actor"
+    raise FileNotFoundError(
+        f"model {str(p)!r}: expected a Hugging Face model directory (config.json) or a training "
+        f"checkpoint directory with an actor/ subdirectory"
+    )
+
+
+def open_engine(
+    model: Any, tokenizer: Any, engine: str, engine_kwargs: Mapping[str, Any]
+) -> tuple[Any, Any, str, bool]:
+    """``(engine, tokenizer, model name, owned)`` from a path, an ``nn.Module`` or an Engine."""
+    if isinstance(model, (str, Path)):
+        model_dir = resolve_model_dir(model)
+        if engine not in ENGINE_KINDS:
+            raise ValueError(f"engine must be one of {ENGINE_KINDS}, got {engine!r}")
+        if tokenizer is None:
+            from agentrl.models.loading import load_tokenizer
+
+            tokenizer = load_tokenizer(model_dir)
+        return build_engine(engine, model_path=model_dir, **engine_kwargs), tokenizer, str(model_dir), True
+    if tokenizer is None:
+        raise ValueError("evaluate: a tokenizer is required when passing a model object or an engine")
+    if hasattr(model, "generate_batch"):
+        return model, tokenizer, type(model).__name__, False
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+        return (
+            build_engine("hf", model=model, tokenizer=tokenizer, **engine_kwargs),
+            tokenizer,
+            str(name),
+            True,
+        )
+    raise TypeError(f"evaluate: model must be a path, an nn.Module or an Engine, got {type(model).__name__}")
+
+
+def retriever_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """What the retriever at ``url`` says about itself (backend, corpus size, index), checking it is up."""
+    client = RetrieverClient(url, timeout_s=timeout_s, deadline_s=timeout_s, max_attempts=2)
+
+    async def ask() -> dict:
+        try:
+            return await client.health()
+        finally:
+            await client.close()
+
+    try:
+        body = asyncio.run(ask())
+    except RetrieverError as exc:
+        raise RuntimeError(f"retriever_url {url!r}: the retriever is not reachable ({exc})") from None
+    if not body.get("ready"):
+        raise RuntimeError(
+            f"retriever_url {url!r}: the retriever is not ready (status {body.get('status')!r})"
+        )
+    return {k: body.get(k) for k in ("backend", "corpus_size", "index")}
+
+
+def retrieve(client: RetrieverClient, questions: Sequence[EvalQuestion], topk: int) -> list[list[dict]]:
+    """The top-``topk`` documents of each question, in order (one request for the chunk)."""
+
+    async def once() -> list[list[dict]]:
+        try:
+            return await client.retrieve([q.question for q in questions], topk)
+        finally:
+            await client.close()
+
+    return asyncio.run(once())
