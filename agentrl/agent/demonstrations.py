@@ -15,10 +15,10 @@ from dataclasses import replace
 from typing import Any
 
 from agentrl.agent.generation import LLMGenerationManager
+from agentrl.agent.sampling import rollout_sampling
 from agentrl.agent.tools.base import Tool
 from agentrl.agent.trajectory import PromptSpec, Trajectory
 from agentrl.config.schema import RolloutConfig
-from agentrl.engines.base import SamplingParams
 from agentrl.engines.scripted import ScriptedTurnEngine
 
 __all__ = ["record_scripted_trajectories"]
@@ -62,7 +62,7 @@ def record_scripted_trajectories(
         max_response_length=max_response_length,
         tools=tools,
     )
-    params = SamplingParams(max_new_tokens=rollout.max_tokens_per_turn, greedy=True)
+    params = rollout_sampling(rollout, greedy=True)
     trajectories = manager.run(list(prompts), params).trajectories
     complete, incomplete = [], []
     for traj, script in zip(trajectories, turns, strict=True):

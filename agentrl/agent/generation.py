@@ -38,6 +38,7 @@ from typing import Any
 from agentrl.agent.drift import token_drift
 from agentrl.agent.observations import ObservationEncoder
 from agentrl.agent.rollout_metrics import rollout_metrics
+from agentrl.agent.sampling import rollout_sampling
 from agentrl.agent.schedules import SCHEDULE_RUNNERS, SCHEDULES
 from agentrl.agent.tool_dispatch import TOOL_ERROR_POLICIES, ToolDispatcher
 from agentrl.agent.tools.base import Tool, validate_tool
@@ -151,14 +152,7 @@ class LLMGenerationManager:
 
     def default_sampling(self, greedy: bool = False) -> SamplingParams:
         """Sampling from the config: temperature/top-p/top-k and ``max_tokens_per_turn``."""
-        c = self.config
-        return SamplingParams(
-            max_new_tokens=c.max_tokens_per_turn,
-            temperature=c.temperature,
-            top_p=c.top_p,
-            top_k=c.top_k,
-            greedy=greedy,
-        )
+        return rollout_sampling(self.config, greedy=greedy)
 
     # --- entry points ----------------------------------------------------------------
 

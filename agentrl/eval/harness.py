@@ -43,6 +43,7 @@ from typing import Any
 from tqdm import tqdm
 
 from agentrl.agent.generation import LLMGenerationManager
+from agentrl.agent.sampling import rollout_sampling
 from agentrl.agent.tools.search import SearchTool
 from agentrl.agent.tools.search_client import RetrieverClient
 from agentrl.config.schema import DataConfig, ExperimentConfig, RolloutConfig
@@ -173,14 +174,7 @@ class EvalSettings:
         return replace(self, rollout=rollout, **mine)
 
     def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            max_new_tokens=self.max_tokens_per_turn,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            greedy=self.greedy,
-            seed=None if self.greedy else self.seed,
-        )
+        return rollout_sampling(self.rollout, greedy=self.greedy, seed=None if self.greedy else self.seed)
 
     def decoding(self) -> dict[str, Any]:
         if self.greedy:
