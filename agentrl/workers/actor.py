@@ -2,35 +2,36 @@
 
 It samples trajectories (multi-turn, through the agent's generation manager), recomputes
 their log-probs under the current weights (``old_log_probs``), and updates itself with
-the clipped PPO objective plus entropy bonus and optional KL loss. With the transformers
-engine under dp the engine *is* the training module, so no weight sync is needed; with vLLM,
-or under fsdp (sharded forwards are collectives), the engine holds its own copy and the new
-weights are pushed into it in place before the next rollout after each update.
+the clipped PPO objective plus entropy bonus and optional KL loss. Which engine serves the
+rollout is decided once by ``engines.factory``; keeping its own weight copy current and its
+memory free between rollouts is the ``engines.link.EngineLink``'s job; the checkpoint's HF
+directory is written by ``models.export``.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
 
-from agentrl.agent.generation import RolloutResult
+from agentrl.agent.generation import LLMGenerationManager, RolloutResult
+from agentrl.agent.sampling import rollout_sampling
 from agentrl.config.schema import ActorConfig
 from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
-from agentrl.engines.base import SamplingParams
+from agentrl.engines.factory import choose_engine
+from agentrl.engines.link import EngineLink
 from agentrl.models.attention import use_varlen_attention
+from agentrl.models.export import export_hf_dir, plain_weights
 from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
-from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer, plain_model
-from agentrl.models.lora import add_lora, load_adapters, merged_tensors, save_adapters
-from agentrl.models.sharding import full_state_dict, stream_full_tensors
+from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer
+from agentrl.models.lora import add_lora, load_adapters
 from agentrl.seeding import derive_seed
-from agentrl.workers.base import ModelWorker, RunContext, TrainableWorker
+from agentrl.workers.base import ModelWorker, RoleWorker, TrainableWorker
 
 
-class PolicyWorker(ModelWorker):
+class PolicyWorker(RoleWorker, ModelWorker):
     """A causal LM that can score its responses; the reference is one that never trains.
 
     Built from the actor's config section: the reference *is* the actor's starting policy,
@@ -41,16 +42,7 @@ class PolicyWorker(ModelWorker):
 
     trainable = False
 
-    def __init__(
-        self,
-        actor: ActorConfig,
-        context: RunContext,
-        rank: int = 0,
-        world_size: int = 1,
-        master_port: int | None = None,
-        master_addr: str | None = None,
-    ):
-        super().__init__(context, rank, world_size, master_port, master_addr)
+    def _setup(self, actor: ActorConfig) -> None:
         self.actor = actor
         self.model_path = actor.model_path
         compute_dtype = DTYPES[actor.compute_dtype]
@@ -117,83 +109,42 @@ class ReferenceWorker(PolicyWorker):
 class ActorWorker(PolicyWorker, TrainableWorker):
     trainable = True
 
-    def __init__(
-        self,
-        actor: ActorConfig,
-        context: RunContext,
-        rank: int = 0,
-        world_size: int = 1,
-        master_port: int | None = None,
-        master_addr: str | None = None,
-    ):
-        super().__init__(actor, context, rank, world_size, master_port, master_addr)
+    def _setup(self, actor: ActorConfig) -> None:
+        super()._setup(actor)
         self._setup_optimizer(actor.optim)
-        self._rollout = None
-        # The HF engine shares the training module, except under fsdp (every sharded forward is
-        # a collective, and ranks generate different numbers of tokens) and when the rollout runs
-        # during the update (it must not see weights change under it). Then (and with vLLM) the
-        # engine holds its own full copy, refreshed before the next rollout after each update.
-        self.engine_owns_weights = (
-            actor.rollout.engine != "hf"
-            or context.strategy == "fsdp"
-            or context.overlap_rollout
-            or self.lora  # the engine serves plain merged weights, not the adapter wrapper
+        self._rollout: LLMGenerationManager | None = None
+        context = self.context
+        choice = choose_engine(
+            actor.rollout, strategy=context.strategy, overlap_rollout=context.overlap_rollout, lora=self.lora
         )
-        # An engine that runs during the update keeps its memory; otherwise it may sleep.
-        self.engine_sleeps = actor.rollout.free_engine_memory and not context.overlap_rollout
-        self._engine_stale = False
+        self.engine_link = EngineLink(
+            choice,
+            build=lambda: choice.build(
+                actor.rollout,
+                model=self.model,
+                tokenizer=self.tokenizer,
+                model_path=self.model_path,
+                dtype=self.compute_dtype,
+                device=self.device,
+            ),
+            weights=lambda: plain_weights(self.model, lora=self.lora),
+        )
 
     # --- Stage 1: rollout ------------------------------------------------------------
 
     @property
-    def rollout(self):
-        """The generation manager, built on first use (its tools may open connections)."""
+    def rollout(self) -> LLMGenerationManager:
+        """The generation manager around the link's engine, built on first use (its tools may
+        open connections)."""
         if self._rollout is None:
-            from agentrl.agent.generation import LLMGenerationManager
-            from agentrl.engines import build_engine
-
-            rollout = self.actor.rollout
-            if rollout.engine == "hf":
-                model = self.model
-                if self.engine_owns_weights:
-                    model = load_causal_lm(self.model_path, dtype=self.compute_dtype, device=self.device)
-                    self._engine_stale = True  # the copy holds the starting weights
-                engine = build_engine(
-                    "hf",
-                    model=model,
-                    tokenizer=self.tokenizer,
-                    max_batch_size=rollout.max_batch_size,
-                    continuous=rollout.continuous_batching,
-                )
-            else:
-                engine = build_engine(
-                    rollout.engine,
-                    model_path=self.model_path,
-                    max_batch_size=rollout.max_batch_size,
-                    gpu_memory_utilization=rollout.gpu_memory_utilization,
-                    enforce_eager=rollout.enforce_eager,
-                    tensor_parallel_size=rollout.tensor_parallel_size,
-                )
             self._rollout = LLMGenerationManager(
-                engine,
+                self.engine_link.engine,
                 self.tokenizer,
-                rollout,
+                self.actor.rollout,
                 max_prompt_length=self.context.max_prompt_length,
                 max_response_length=self.context.max_response_length,
             )
         return self._rollout
-
-    def sampling_params(self, validate: bool, seed: int | None) -> SamplingParams:
-        rollout = self.actor.rollout
-        if validate and rollout.val_greedy:
-            return SamplingParams(max_new_tokens=rollout.max_tokens_per_turn, greedy=True, seed=seed)
-        return SamplingParams(
-            max_new_tokens=rollout.max_tokens_per_turn,
-            temperature=rollout.temperature,
-            top_p=rollout.top_p,
-            top_k=rollout.top_k,
-            seed=seed,
-        )
 
     def generate_sequences(
         self, prompts: list, n: int, seed: int | None = None, validate: bool = False
@@ -202,36 +153,24 @@ class ActorWorker(PolicyWorker, TrainableWorker):
 
         Each rank draws from its own seed so data-parallel shards do not sample alike.
         """
-        if not self.engine_owns_weights:
+        if not self.engine_link.choice.own_copy:
             self.model.eval()  # the engine generates with the training module itself
         manager = self.rollout
-        manager.engine.wake_up()
-        sync_seconds = self.sync_engine()
+        synced = self.engine_link.wake()
         rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
-        result = manager.run(prompts, self.sampling_params(validate, rank_seed), n=n)
-        if sync_seconds is not None:
-            result.add_per_rank({"actor/weight_sync_s": sync_seconds})  # merged by the maximum
-        if self.engine_sleeps:
-            freed = manager.engine.sleep(release_weights=self.engine_owns_weights)
-            if freed and self.engine_owns_weights:  # its copy was released: resend before the next rollout
-                self._engine_stale = True
-            result.add_per_rank({"actor/engine_sleep_freed_mb": freed / 2**20})
+        sampling = rollout_sampling(
+            self.actor.rollout, greedy=validate and self.actor.rollout.val_greedy, seed=rank_seed
+        )
+        result = manager.run(prompts, sampling, n=n)
+        result.add_per_rank(synced)  # the engine link's figures: this rank's, merged by their maximum
+        result.add_per_rank(self.engine_link.rest())
         return result
 
     def sync_engine(self) -> float | None:
         """Bring the engine's own copy up to the current weights if an update (or a sleep) left it
         behind; the seconds it took, or None when nothing was sent. The driver calls it before
-        submitting a rollout that will run during the next update."""
-        return self.push_weights_to_engine() if self._engine_stale else None
-
-    def push_weights_to_engine(self) -> float:
-        """Stream the current weights into an engine that holds its own copy, tensor by tensor
-        (a collective under fsdp: every rank calls it, from ``generate_sequences``); its seconds."""
-        start = time.perf_counter()
-        stream = merged_tensors(self.model) if self.lora else stream_full_tensors(self.model)
-        self.rollout.engine.update_weights(stream)
-        self._engine_stale = False
-        return time.perf_counter() - start
+        submitting a rollout that will run during the next update (a collective under fsdp)."""
+        return self.engine_link.sync()
 
     # --- Stage 3: update -------------------------------------------------------------
 
@@ -286,7 +225,7 @@ class ActorWorker(PolicyWorker, TrainableWorker):
     def update_actor(self, batch: Batch) -> dict[str, float]:
         weighting = "tokens" if self.actor.loss_agg_mode == "token-mean" else "sequences"
         metrics = self.train_epochs(batch, self._actor_loss, self.actor.update, "actor", weighting)
-        self._engine_stale = self.engine_owns_weights
+        self.engine_link.weights_changed()
         return metrics
 
     # --- checkpoints -----------------------------------------------------------------
@@ -295,21 +234,10 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         """``actor/``: the fp32 policy as a plain HF directory (gathered under fsdp), which
         evaluation and serving read; plus the training state (sharded under fsdp)."""
         out = Path(directory) / "actor"
-        state = None  # the model saves itself, unless it is wrapped (adapters) or sharded
-        if self.lora:
-            state = dict(merged_tensors(self.model)) if self.rank == 0 else None
-        elif self.context.strategy == "fsdp":
-            state = full_state_dict(self.model)  # a collective; rank 0 receives the tensors
-        if self.rank == 0:
-            if state is None:
-                self.model.save_pretrained(out)
-            else:
-                plain = plain_model(self.model.config, state)
-                plain.generation_config = self.model.generation_config
-                plain.save_pretrained(out)
-            if self.lora:
-                save_adapters(self.model, out)
-            self.tokenizer.save_pretrained(out)
+        sharded = self.context.strategy == "fsdp"
+        export_hf_dir(
+            self.model, out, rank=self.rank, sharded=sharded, lora=self.lora, tokenizer=self.tokenizer
+        )
         self.save_training_state(directory, "actor")
 
     def load_checkpoint(self, directory: str) -> None:
@@ -320,9 +248,8 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             with torch.no_grad():
                 self.model.load_state_dict(state)
         self.load_training_state(directory, "actor")
-        self._engine_stale = self.engine_owns_weights
+        self.engine_link.weights_changed()
 
     def shutdown(self) -> None:
-        if self._rollout is not None:
-            self._rollout.engine.shutdown()
+        self.engine_link.shutdown()
         super().shutdown()

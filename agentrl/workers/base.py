@@ -21,21 +21,21 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from agentrl.config.schema import ExperimentConfig, OptimConfig, UpdateConfig
+from agentrl.config.schema import Device, ExperimentConfig, OptimConfig, Strategy, UpdateConfig
 from agentrl.core.batch import Batch
 from agentrl.models.optim import build_optimizer
 from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharded_state, shard_model
 from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
 
-STRATEGIES = ("dp", "fsdp")  # dp: full replicas, gradients summed; fsdp: FSDP2 shards (models/sharding.py)
-DEVICES = ("cpu", "cuda")
+STRATEGIES: tuple[str, ...] = get_args(Strategy)  # fsdp: FSDP2 shards (models/sharding.py)
+DEVICES: tuple[str, ...] = get_args(Device)
 
 # Where the PPO ratio's π_old comes from: "recomputed" by stage 2's no-grad pass under the current
 # weights, or the actor's "update_forward" itself, detached (actor.skip_old_log_prob: one on-policy
@@ -169,6 +169,28 @@ class Worker:
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_process_group = False
+
+
+class RoleWorker(Worker):
+    """A role's worker, built the one way every role is: ``cls(section, context, rank, world_size,
+    master_port, master_addr)`` (what ``WorkerGroup`` calls), from its own config ``section``.
+
+    The base places the worker in its group; the role builds itself from its section in ``_setup``."""
+
+    def __init__(
+        self,
+        section: Any,
+        context: RunContext,
+        rank: int = 0,
+        world_size: int = 1,
+        master_port: int | None = None,
+        master_addr: str | None = None,
+    ):
+        super().__init__(context, rank, world_size, master_port, master_addr)
+        self._setup(section)
+
+    def _setup(self, section: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} builds itself from its section in _setup")
 
 
 class ModelWorker(Worker):

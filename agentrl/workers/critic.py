@@ -11,25 +11,16 @@ from agentrl.core.batch import Batch
 from agentrl.core.losses import value_loss
 from agentrl.core.masked import masked_mean
 from agentrl.models.attention import use_varlen_attention
+from agentrl.models.export import export_hf_dir
 from agentrl.models.forward import no_grad_over_micro_batches, value_forward
 from agentrl.models.loading import DTYPES, build_value_model
-from agentrl.models.sharding import full_state_dict
-from agentrl.workers.base import RunContext, TrainableWorker
+from agentrl.workers.base import RoleWorker, TrainableWorker
 
 
-class CriticWorker(TrainableWorker):
+class CriticWorker(RoleWorker, TrainableWorker):
     """``critic.model_path`` must be resolved by the driver (it defaults to the actor's model)."""
 
-    def __init__(
-        self,
-        critic: CriticConfig,
-        context: RunContext,
-        rank: int = 0,
-        world_size: int = 1,
-        master_port: int | None = None,
-        master_addr: str | None = None,
-    ):
-        super().__init__(context, rank, world_size, master_port, master_addr)
+    def _setup(self, critic: CriticConfig) -> None:
         if not critic.model_path:
             raise ValueError(
                 "CriticWorker needs critic.model_path (the driver fills it from actor.model_path)"
@@ -83,12 +74,7 @@ class CriticWorker(TrainableWorker):
     def save_checkpoint(self, directory: str) -> None:
         """``critic/`` as a plain directory (gathered under fsdp) plus the training state."""
         out = Path(directory) / "critic"
-        if self.context.strategy == "fsdp":
-            state = full_state_dict(self.model)  # a collective; rank 0 receives the tensors
-            if self.rank == 0:
-                self.model.save_pretrained(out, state_dict=state)
-        elif self.rank == 0:
-            self.model.save_pretrained(out)
+        export_hf_dir(self.model, out, rank=self.rank, sharded=self.context.strategy == "fsdp")
         self.save_training_state(directory, "critic")
 
     def load_checkpoint(self, directory: str) -> None:

@@ -17,22 +17,13 @@ from agentrl.models.forward import no_grad_over_micro_batches
 from agentrl.models.layout import trim_padding
 from agentrl.models.loading import build_value_model
 from agentrl.rewards import score_batch
-from agentrl.workers.base import RunContext, Worker
+from agentrl.workers.base import RoleWorker
 
 
-class RuleRewardWorker(Worker):
+class RuleRewardWorker(RoleWorker):
     """Scores rendered responses against ground truth with the registry's scorers."""
 
-    def __init__(
-        self,
-        reward: RewardConfig,
-        context: RunContext,
-        rank: int = 0,
-        world_size: int = 1,
-        master_port: int | None = None,
-        master_addr: str | None = None,
-    ):
-        super().__init__(context, rank, world_size, master_port, master_addr)
+    def _setup(self, reward: RewardConfig) -> None:
         self.reward = reward
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -50,19 +41,10 @@ class RuleRewardWorker(Worker):
         return torch.tensor(scores, dtype=torch.float32), metrics
 
 
-class RewardModelWorker(Worker):
+class RewardModelWorker(RoleWorker):
     """A learned reward model: a scalar head read at the last model token of each response."""
 
-    def __init__(
-        self,
-        reward: RewardConfig,
-        context: RunContext,
-        rank: int = 0,
-        world_size: int = 1,
-        master_port: int | None = None,
-        master_addr: str | None = None,
-    ):
-        super().__init__(context, rank, world_size, master_port, master_addr)
+    def _setup(self, reward: RewardConfig) -> None:
         if not reward.reward_model_path:
             raise ValueError("RewardModelWorker needs reward.reward_model_path")
         self.reward = reward

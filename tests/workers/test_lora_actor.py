@@ -78,9 +78,9 @@ def test_merged_weights_score_like_the_adapted_policy(trained):
 
 def test_the_engine_generates_with_the_merged_weights_after_a_sync(trained, tokenizer):
     worker, _, _, _ = trained
-    assert worker.engine_owns_weights, "a LoRA actor's engine holds plain merged weights"
+    assert worker.engine_link.choice.own_copy, "a LoRA actor's engine holds plain merged weights"
     engine = worker.rollout.engine
-    worker.push_weights_to_engine()
+    worker.engine_link.push()
     prompt = tokenizer("Question: who wrote it?")["input_ids"]
     params = SamplingParams(max_new_tokens=8, greedy=True)
     out = asyncio.run(engine.generate(prompt, params)).token_ids

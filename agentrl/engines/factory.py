@@ -1,0 +1,89 @@
+"""Which engine serves the actor's rollout, and building it: the one place that choice is made.
+
+Three cases, decided once from the run's settings (``choose_engine``):
+
+* ``hf`` **sharing the training module** (dp, no one-step-off, no LoRA): the engine generates
+  with the very module the optimiser steps, so it never needs a weight sync;
+* ``hf`` **with its own copy**, loaded from the model directory in the compute dtype: under
+  fsdp (every sharded forward is a collective, and ranks generate different numbers of tokens),
+  under one-step-off (the rollout runs during the update and must not see weights change
+  under it), and with LoRA (the engine serves plain merged weights, not the adapter wrapper);
+* ``vllm`` / ``vllm-async``: always a copy of its own, loaded from the model directory.
+
+An engine with its own copy is refreshed by streaming (``link.EngineLink``). It may also sleep
+between rollouts (``actor.rollout.free_engine_memory``), except under one-step-off, where it
+runs during the update and keeps its memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.config.schema import RolloutConfig
+from agentrl.engines import build_engine
+from agentrl.engines.base import Engine
+from agentrl.models.loading import load_causal_lm
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The rollout's engine: its ``kind``, whether it holds ``own_copy`` of the weights (else it
+    shares the training module), and whether it ``sleeps`` between rollouts."""
+
+    kind: str
+    own_copy: bool
+    sleeps: bool
+
+    @property
+    def syncs_before_first_rollout(self) -> bool:
+        """The transformers engine's own copy is streamed the training weights before its first
+        rollout; vLLM serves the model directory's weights until the first update."""
+        return self.kind == "hf" and self.own_copy
+
+    def build(
+        self,
+        rollout: RolloutConfig,
+        *,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        model_path: str | Path,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> Engine:
+        """The engine: around ``model`` itself when it shares the training module, else loaded
+        from ``model_path`` (the transformers engine in ``dtype`` on ``device``)."""
+        if self.kind != "hf":
+            return build_engine(
+                self.kind,
+                model_path=model_path,
+                max_batch_size=rollout.max_batch_size,
+                gpu_memory_utilization=rollout.gpu_memory_utilization,
+                enforce_eager=rollout.enforce_eager,
+                tensor_parallel_size=rollout.tensor_parallel_size,
+            )
+        if self.own_copy:
+            model = load_causal_lm(model_path, dtype=dtype, device=device)
+        return build_engine(
+            "hf",
+            model=model,
+            tokenizer=tokenizer,
+            max_batch_size=rollout.max_batch_size,
+            continuous=rollout.continuous_batching,
+        )
+
+
+def choose_engine(
+    rollout: RolloutConfig, *, strategy: str, overlap_rollout: bool, lora: bool
+) -> EngineChoice:
+    """The engine of ``rollout.engine`` for a run with this ``strategy`` (dp | fsdp), with the next
+    rollout overlapping the update (one-step-off) or not, training LoRA adapters or not."""
+    own_copy = rollout.engine != "hf" or strategy == "fsdp" or overlap_rollout or lora
+    return EngineChoice(
+        kind=rollout.engine,
+        own_copy=own_copy,
+        sleeps=rollout.free_engine_memory and not overlap_rollout,
+    )
