@@ -53,13 +53,14 @@ def solved_once(
     *,
     limit: int,
     seed: int,
+    config: Any,
     tokenizer: Any = None,
     engine: str = "vllm",
     settings_overrides: Mapping[str, Any] | None = None,
 ) -> tuple[list[Mapping[str, Any]], dict[str, Any]]:
     """Sample ``model`` (a model directory, or an ``Engine`` with its ``tokenizer``) once on a
-    seeded ``limit`` of the training ``rows``; return the rows it answered exactly (in
-    ``<answer>``) and a summary (candidates, solved, the solve rate)."""
+    seeded ``limit`` of the training ``rows``, as the RL ``config``'s rollout samples; return the
+    rows it answered exactly (in ``<answer>``) and a summary (candidates, solved, the solve rate)."""
     from agentrl.data.qa import sample_records
     from agentrl.eval import DatasetSpec, evaluate
     from agentrl.recipes.search_qa_eval import eval_settings
@@ -69,7 +70,7 @@ def solved_once(
         raise ValueError("solved_once: no candidate rows to sample")
     questions = _write_questions(candidates, out_dir / "candidates.jsonl")
     settings = eval_settings(
-        greedy=False, temperature=1.0, seed=seed, answer_rule="tag", **(settings_overrides or {})
+        config, greedy=False, temperature=1.0, seed=seed, answer_rule="tag", **(settings_overrides or {})
     )
     results = evaluate(
         model,

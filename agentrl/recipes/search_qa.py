@@ -170,9 +170,16 @@ def phase_rl_data(rl_files: Mapping[str, Any], url: str, out: Path) -> dict[str,
 
 
 def phase_rl_pool(
-    rl_data: Mapping[str, Any], sft_model: str, url: str, out: Path, profile: RecipeProfile, seed: int
+    rl_data: Mapping[str, Any],
+    sft_model: str,
+    url: str,
+    out: Path,
+    profile: RecipeProfile,
+    seed: int,
+    config: Any,
 ) -> dict[str, Any]:
-    """The answerable RL questions the warm start solves when sampled (``rl_pool.solved_once``)."""
+    """The answerable RL questions the warm start solves when sampled (``rl_pool.solved_once``),
+    sampled as the RL ``config``'s rollout samples."""
     from agentrl.data.qa import load_qa_rows, write_rows
     from agentrl.recipes.rl_pool import solved_once
 
@@ -184,6 +191,7 @@ def phase_rl_pool(
         out / "rl_pool",
         limit=profile.pool_candidates,
         seed=seed,
+        config=config,
         **profile.eval_options,
     )
     if len(kept) < profile.pool_min:
@@ -284,6 +292,9 @@ def run_phases(
     base = Path(done["model"]["model"])
     try:
         server.start()
+        # rl_full's config without its data files: the rollout and budgets of both RL phases (rl_lora
+        # differs in LoRA and learning rate only), which the demonstrations, the RL pool and the
+        # held-out evaluation roll out with
         config = rl_config(profile, out, "rl_full", base, None, server.retrieve_url)
         split_dir = out / "data"
         done["demos"] = phases.run(
@@ -308,7 +319,7 @@ def run_phases(
                 "rl_pool",
                 "RL questions the warm start solves when sampled",
                 lambda: phase_rl_pool(
-                    done["rl_data"], done["sft"]["model"], server.retrieve_url, out, profile, seed
+                    done["rl_data"], done["sft"]["model"], server.retrieve_url, out, profile, seed, config
                 ),
             )
         for name in ("rl_full", "rl_lora"):
@@ -324,15 +335,20 @@ def run_phases(
         done["dense_index"] = phases.run(
             "dense_index", "the dense index", lambda: phase_index(corpus, out, "dense")
         )
-    run_eval_cells(out, phases, done, profile, seed)
+    run_eval_cells(out, phases, done, profile, config)
     return done
 
 
 def run_eval_cells(
-    out: Path, phases: PhaseRunner, done: dict[str, dict[str, Any] | None], profile: RecipeProfile, seed: int
+    out: Path,
+    phases: PhaseRunner,
+    done: dict[str, dict[str, Any] | None],
+    profile: RecipeProfile,
+    config: Any,
 ) -> None:
     """Phase ``eval``: each cell of ``search_qa_eval.CELLS`` whose model and index exist is its
-    own phase (``eval-<cell>``), so a finished cell is never re-run."""
+    own phase (``eval-<cell>``), so a finished cell is never re-run. The cells roll out as the RL
+    ``config`` does, but for the held-out protocol (``search_qa_eval.eval_settings``)."""
 
     models = {name: result["model"] for name, result in done.items() if result and "model" in result}
     for cell, (phase, _, backend) in CELLS.items():
@@ -343,7 +359,9 @@ def run_eval_cells(
             f"held-out evaluation: {cell}",
             lambda cell=cell: {
                 "dir": str(
-                    evaluate_cells(out, models, done["index"]["index"], [cell], **profile.eval_options)[cell]
+                    evaluate_cells(
+                        out, models, done["index"]["index"], [cell], config=config, **profile.eval_options
+                    )[cell]
                 )
             },
         )

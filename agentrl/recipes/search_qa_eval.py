@@ -50,26 +50,12 @@ HELDOUT_PROTOCOL: dict[str, Any] = {
 }
 
 
-def eval_settings(config: Any = None, **overrides: Any) -> Any:
+def eval_settings(config: Any, **overrides: Any) -> Any:
     """The settings of every cell: the RL rollout's (``EvalSettings.from_experiment`` of the RL
     phases' GRPO ``config``) under :data:`HELDOUT_PROTOCOL`, then ``overrides`` (field names)."""
     from agentrl.eval import EvalSettings
 
-    if config is None:
-        config = _full_profile_rl_sections()
     return EvalSettings.from_experiment(config, **(HELDOUT_PROTOCOL | dict(overrides)))
-
-
-def _full_profile_rl_sections() -> Any:
-    """The rollout and data budgets of the full profile's GRPO config (config/search_qa.yaml), for
-    a caller that does not pass the RL config yet (a checked config needs a model directory)."""
-    from agentrl.config.schema import ExperimentConfig
-
-    config = ExperimentConfig()
-    rollout = config.actor.rollout
-    rollout.max_tokens_per_turn, rollout.max_obs_length, rollout.schedule = 64, 512, "lockstep"
-    config.data.max_response_length = 1280
-    return config
 
 
 def evaluate_cells(
@@ -78,9 +64,9 @@ def evaluate_cells(
     index: str,
     cells: Sequence[str],
     *,
+    config: Any,
     engine: str = "vllm",
     settings_overrides: Mapping[str, Any] | None = None,
-    config: Any = None,
 ) -> dict[str, Path]:
     """Run (or resume) ``cells`` whose model exists in ``models`` (phase -> model dir), with
     :func:`eval_settings` of the RL ``config`` and ``settings_overrides``."""

@@ -11,6 +11,7 @@ from support.eval_toy import PASSAGES, QUESTIONS, searching_policy
 from support.scripted_engine import ScriptedEngine
 from support.toy_search import toy_retriever
 
+from agentrl.config.schema import ExperimentConfig
 from agentrl.data.qa import to_training_rows
 from agentrl.recipes.rl_pool import solved_once
 
@@ -18,6 +19,7 @@ ROWS = to_training_rows(
     [{"id": i, "question": q, "golden_answers": g, "dataset": "toy"} for i, q, g in QUESTIONS], "train"
 )
 BUDGETS = {"max_tokens_per_turn": 64, "max_response_length": 512, "max_obs_length": 256, "batch_size": 4}
+CONFIG = ExperimentConfig()  # the RL config the pool samples as (temperature 1)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,7 @@ def test_the_pool_keeps_exactly_the_questions_answered_in_the_answer_tag(tokeniz
         tmp_path,
         limit=len(ROWS),
         seed=0,
+        config=CONFIG,
         tokenizer=tokenizer,
         settings_overrides=BUDGETS,
     )
@@ -56,6 +59,7 @@ def test_the_pool_samples_a_seeded_subset_of_the_candidates(tokenizer, retriever
             out,
             limit=3,
             seed=seed,
+            config=CONFIG,
             tokenizer=tokenizer,
             settings_overrides=BUDGETS,
         )
@@ -83,6 +87,7 @@ def test_questions_sharing_an_id_across_sources_are_sampled_apart(tokenizer, ret
         tmp_path,
         limit=2,
         seed=0,
+        config=CONFIG,
         tokenizer=tokenizer,
         settings_overrides=BUDGETS,
     )
@@ -91,4 +96,12 @@ def test_questions_sharing_an_id_across_sources_are_sampled_apart(tokenizer, ret
 
 def test_an_empty_candidate_list_is_refused(tokenizer, retriever_url, tmp_path):
     with pytest.raises(ValueError, match="no candidate rows"):
-        solved_once(ScriptedEngine(tokenizer, searching_policy), [], retriever_url, tmp_path, limit=4, seed=0)
+        solved_once(
+            ScriptedEngine(tokenizer, searching_policy),
+            [],
+            retriever_url,
+            tmp_path,
+            limit=4,
+            seed=0,
+            config=CONFIG,
+        )
