@@ -82,12 +82,10 @@ def actor_worker(model_dir: Path, rank: int, rows: int):
 
 def export_weights(worker) -> float:
     """Seconds to produce every tensor the rollout engine would receive (copied, as a sync does)."""
-    from agentrl.models.lora import merged_tensors
-    from agentrl.models.sharding import stream_full_tensors
+    from agentrl.models.export import plain_weights
 
     start = time.perf_counter()
-    stream = merged_tensors(worker.model) if worker.lora else stream_full_tensors(worker.model)
-    for _, tensor in stream:
+    for _, tensor in plain_weights(worker.model, lora=worker.lora):
         tensor.detach().to("cpu", copy=True)
     return time.perf_counter() - start
 
