@@ -36,7 +36,8 @@ class _Request:
 
 @dataclass
 class BatchingStats:
-    """Counters for how well requests were coalesced (exported as engine metrics)."""
+    """Counters since construction of how well requests were batched (``engine.stats``: the
+    rollout benchmark reads ``generate_seconds``, the engine tests the rest)."""
 
     batches: int = 0  # batched generations run (both paths)
     requests: int = 0  # sequences generated
@@ -44,16 +45,7 @@ class BatchingStats:
     coalesced_requests: int = 0  # ``generate`` calls served by those batches
     max_batch_size_seen: int = 0
     generate_seconds: float = 0.0
-
-    def as_metrics(self) -> dict[str, float]:
-        return {
-            "engine/batches": float(self.batches),
-            "engine/requests": float(self.requests),
-            "engine/coalesced_batches": float(self.coalesced_batches),
-            "engine/coalesced_requests": float(self.coalesced_requests),
-            "engine/max_batch_size_seen": float(self.max_batch_size_seen),
-            "engine/generate_seconds": self.generate_seconds,
-        }
+    decode_steps: int = 0  # steps of a continuous running batch (``continuous.py``)
 
 
 class BatchingEngine(RequestChecks, abc.ABC):
@@ -168,10 +160,6 @@ class BatchingEngine(RequestChecks, abc.ABC):
         for r, res in zip(live, results, strict=True):
             if not r.future.done():
                 r.future.set_result(res)
-
-    def metrics(self) -> dict[str, float]:
-        """Counters since construction, for the trainer's logger."""
-        return self.stats.as_metrics()
 
     def _stop_worker(self) -> None:
         """Cancel the coalescing task (if its loop is still alive)."""

@@ -28,7 +28,6 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -36,11 +35,10 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from agentrl.engines.base import FinishReason, GenerationResult, SamplingParams
+from agentrl.engines.batching import BatchingStats
+from agentrl.engines.decoding import CausalLMDecoder
 from agentrl.engines.sampling import select_tokens
 from agentrl.engines.stopping import StopStringMatcher
-
-if TYPE_CHECKING:
-    from agentrl.engines.hf import HFEngine
 
 _STOP = object()  # queued by ``close``: the loop exits
 
@@ -98,17 +96,33 @@ def _pad_left(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
 
 
 class ContinuousBatcher:
-    """The running batch of one ``HFEngine`` and the thread that decodes it."""
+    """The running batch of one ``HFEngine`` and the thread that decodes it.
 
-    def __init__(self, engine: HFEngine) -> None:
-        self.engine = engine
+    Args:
+        decoder: the model and its per-row decoding rules (``decoding.py``).
+        stats: the engine's counters, which the batcher keeps up to date.
+        exec_lock: held around every prefill and decode step (the engine's lock: weight
+            updates and sleep do not interleave with a forward).
+        max_batch_size: most rows running at once; later requests wait for room.
+    """
+
+    def __init__(
+        self,
+        decoder: CausalLMDecoder,
+        stats: BatchingStats,
+        exec_lock: threading.Lock,
+        max_batch_size: int,
+    ) -> None:
+        self.decoder = decoder
+        self.stats = stats
+        self.exec_lock = exec_lock
+        self.max_batch_size = max_batch_size
         self.inbox: queue.Queue = queue.Queue()
         self.rows: list[_Row] = []
         self.cache: DynamicCache | None = None
         self.attention: torch.Tensor | None = None  # (rows, kv width), 1 where a row attends
         self.positions: torch.Tensor | None = None  # (rows,) position id of the token fed next
         self.last: torch.Tensor | None = None  # (rows,) the token fed next
-        self.decode_steps = 0
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -120,9 +134,9 @@ class ContinuousBatcher:
         row = _Row(
             prompt=list(prompt),
             params=params,
-            generator=self.engine.row_generator(seed),
-            matcher=StopStringMatcher(self.engine.tokenizer, params.stop),
-            budget=self.engine.token_budget(prompt, params),
+            generator=self.decoder.row_generator(seed),
+            matcher=self.decoder.stop_matcher(params),
+            budget=self.decoder.token_budget(prompt, params),
             loop=loop,
             future=future,
         )
@@ -166,16 +180,16 @@ class ContinuousBatcher:
                 self._fail(waiting + self.rows, RuntimeError("the engine was shut down"))
                 return
             waiting += [row for row in arrived if not row.future.done()]
-            room = self.engine.max_batch_size - len(self.rows)
+            room = self.max_batch_size - len(self.rows)
             admitted, waiting = waiting[:room], waiting[room:]
             try:
-                with self.engine._exec_lock, self.engine._eval_mode(), torch.inference_mode():
+                with self.exec_lock, self.decoder.eval_mode(), torch.inference_mode():
                     started = time.perf_counter()
                     if admitted:
                         self._admit(admitted)
                     if self.rows:
                         self._decode_step()
-                    self.engine.stats.generate_seconds += time.perf_counter() - started
+                    self.stats.generate_seconds += time.perf_counter() - started
             except Exception as exc:  # a failed forward fails the rows in it, not the engine
                 self._fail(admitted + self.rows, exc)
 
@@ -190,17 +204,16 @@ class ContinuousBatcher:
 
     def _admit(self, rows: list[_Row]) -> None:
         """Prefill the new rows, sample their first token, merge the survivors into the batch."""
-        engine = self.engine
-        input_ids, attention, positions = engine.left_padded([row.prompt for row in rows])
-        cache = DynamicCache(config=getattr(engine.model, "config", None))
-        logits = engine._forward(input_ids, attention, positions, cache, last_only=True)
+        input_ids, attention, positions = self.decoder.left_padded([row.prompt for row in rows])
+        cache = self.decoder.new_cache()
+        logits = self.decoder.next_token_logits(input_ids, attention, positions, cache)
         unsupported = {type(layer).__name__ for layer in cache.layers if type(layer) is not DynamicLayer}
         if unsupported:
             raise NotImplementedError(
                 f"continuous batching merges full-attention KV caches; this model's cache has "
                 f"{sorted(unsupported)} layers: build the engine with continuous=False"
             )
-        stats = engine.stats
+        stats = self.stats
         stats.batches += 1
         stats.requests += len(rows)
         stats.coalesced_batches += 1
@@ -234,10 +247,10 @@ class ContinuousBatcher:
 
     def _decode_step(self) -> None:
         """One token for every running row; finished and cancelled rows leave the batch."""
-        self.decode_steps += 1
+        self.stats.decode_steps += 1
         self.attention = torch.cat([self.attention, self.attention.new_ones((len(self.rows), 1))], dim=1)
-        logits = self.engine._forward(
-            self.last[:, None], self.attention, self.positions[:, None], self.cache, last_only=True
+        logits = self.decoder.next_token_logits(
+            self.last[:, None], self.attention, self.positions[:, None], self.cache
         )
         self.positions = self.positions + 1
         tokens, keep = self._sample(self.rows, logits, len(self.rows))
@@ -269,13 +282,13 @@ class ContinuousBatcher:
             index = torch.tensor(members, device=logits.device)
             picked, lp = select_tokens(logits[index], params, [rows[i].generator for i in members])
             tokens[index], log_probs[index] = picked, lp
-        self.engine.stats.max_batch_size_seen = max(self.engine.stats.max_batch_size_seen, running)
+        self.stats.max_batch_size_seen = max(self.stats.max_batch_size_seen, running)
         keep = []
         for i, (row, token, lp) in enumerate(zip(rows, tokens.tolist(), log_probs.tolist(), strict=True)):
             row.tokens.append(token)
             row.log_probs.append(lp)
             row.running_sizes.append(running)
-            row.finish, row.stop = self.engine.finish_of(token, row.matcher, len(row.tokens), row.budget)
+            row.finish, row.stop = self.decoder.finish_of(token, row.matcher, len(row.tokens), row.budget)
             if row.future.done():  # cancelled by its caller: stop computing for it
                 continue
             if row.finish is None:

@@ -166,10 +166,6 @@ class AsyncVLLMEngine(VLLMRequests):
         if self._in_flight == 0:
             self.stats.generate_seconds += time.perf_counter() - self._busy_since
 
-    def metrics(self) -> dict[str, float]:
-        """Counters since construction, for the trainer's logger."""
-        return self.stats.as_metrics()
-
     # ------------------------------------------------------------------ Engine API
     def update_weights(self, weights: WeightStream) -> None:
         """Load HF-named weights into vLLM's model in place, one bucket per call (``weights.py``)."""

@@ -37,7 +37,7 @@ def alone(engine: HFEngine, prompt: list[int], params: SamplingParams):
 
 
 async def steps_until(engine: HFEngine, count: int) -> None:
-    while engine.metrics()["engine/decode_steps"] < count:
+    while engine.stats.decode_steps < count:
         await asyncio.sleep(0.001)
 
 
@@ -113,7 +113,7 @@ def test_a_cancelled_request_leaves_the_batch_and_the_others_finish_unchanged(en
         kept = asyncio.ensure_future(engine.generate(prompts[2], LONG))
         await steps_until(engine, 2)
         doomed.cancel()
-        return await kept, doomed.cancelled(), engine.metrics()["engine/decode_steps"]
+        return await kept, doomed.cancelled(), engine.stats.decode_steps
 
     kept, cancelled, _ = asyncio.run(cancel_one())
     assert cancelled
@@ -122,7 +122,7 @@ def test_a_cancelled_request_leaves_the_batch_and_the_others_finish_unchanged(en
 
 
 def test_a_failed_forward_fails_its_rows_and_the_engine_serves_the_next_request(engine, prompts, monkeypatch):
-    original = engine._forward
+    original = engine.decoder.next_token_logits
     calls = {"n": 0}
 
     def fail_on_third_forward(*args, **kwargs):  # an injected fault
@@ -131,7 +131,7 @@ def test_a_failed_forward_fails_its_rows_and_the_engine_serves_the_next_request(
             raise RuntimeError("injected forward failure")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "_forward", fail_on_third_forward)
+    monkeypatch.setattr(engine.decoder, "next_token_logits", fail_on_third_forward)
     with pytest.raises(RuntimeError, match="injected forward failure"):
         asyncio.run(engine.generate(prompts[0], LONG))
     after = asyncio.run(engine.generate(prompts[1], SHORT))

@@ -138,7 +138,6 @@ def test_concurrent_generate_coalesces_and_matches_sequential(engine_factory, to
     batches = engine.stats.coalesced_batches - before[0]
     assert engine.stats.coalesced_requests - before[1] == 8
     assert batches < 8, f"8 concurrent requests ran as {batches} batches"
-    assert engine.metrics()["engine/coalesced_batches"] >= batches
     sequential = [run(engine.generate(p, GREEDY)) for p in ps]
     assert [r.token_ids for r in concurrent] == [r.token_ids for r in sequential]
 
