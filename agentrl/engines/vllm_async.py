@@ -33,11 +33,7 @@ import torch
 
 from agentrl.engines.base import GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingStats
-from agentrl.engines.vllm_engine import (
-    VLLMRequests,
-    _modules_hidden_from_vllm_kernel_scan,
-    vllm_engine_kwargs,
-)
+from agentrl.engines.vllm_engine import VLLMRequests, modules_hidden_from_vllm_kernel_scan
 from agentrl.engines.weights import DEFAULT_BUCKET_BYTES, WeightStream, reload_calls
 
 T = TypeVar("T")
@@ -79,12 +75,17 @@ class AsyncVLLMEngine(VLLMRequests):
         if tensor_parallel_size < 1:
             raise ValueError(f"tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
         self.max_batch_size = max_batch_size
-        self.weight_bucket_bytes = weight_bucket_bytes
         self.stats = BatchingStats()
-        kwargs = vllm_engine_kwargs(
-            model_path, max_batch_size, dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, seed
+        kwargs = self._before_start(
+            model_path,
+            max_batch_size,
+            dtype,
+            max_model_len,
+            gpu_memory_utilization,
+            enable_sleep_mode,
+            seed,
+            weight_bucket_bytes,
         )
-        self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         kwargs |= dict(enable_prefix_caching=True, tensor_parallel_size=tensor_parallel_size)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
@@ -92,7 +93,6 @@ class AsyncVLLMEngine(VLLMRequests):
         self._ids = itertools.count()
         self._in_flight = 0
         self._busy_since = 0.0
-        self._asleep = False
         self.llm = self._call(self._start({**kwargs, **engine_kwargs}))
         self._set_model_limits(self.llm.model_config, eos_token_ids)
 
@@ -101,7 +101,7 @@ class AsyncVLLMEngine(VLLMRequests):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        with _modules_hidden_from_vllm_kernel_scan(("numba", "llvmlite")):
+        with modules_hidden_from_vllm_kernel_scan():
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -54,8 +54,12 @@ def _sampled_log_prob(step: Any, token_id: int) -> float:
     return float(entry.logprob if hasattr(entry, "logprob") else entry)
 
 
+# Packages whose objects break vLLM's CPU kernel scan (see below).
+SCAN_UNSAFE_PACKAGES = ("numba", "llvmlite")
+
+
 @contextlib.contextmanager
-def _modules_hidden_from_vllm_kernel_scan(prefixes: tuple[str, ...]) -> Iterator[None]:
+def modules_hidden_from_vllm_kernel_scan(prefixes: tuple[str, ...] = SCAN_UNSAFE_PACKAGES) -> Iterator[None]:
     """Hide some already-imported packages from ``sys.modules`` while vLLM starts.
 
     On CPU, vLLM's worker start-up swaps Triton kernels by scanning every loaded module's
@@ -127,13 +131,38 @@ def vllm_engine_kwargs(
 
 
 class VLLMRequests(RequestChecks):
-    """Our requests in vLLM's terms and vLLM's outputs in ours (shared by both vLLM engines)."""
+    """What both vLLM engines share: their setup around starting vLLM, our requests in vLLM's
+    terms and vLLM's outputs in ours."""
 
     vocab_size: int
     max_model_len: int
     eos_token_ids: set[int] | None
+    weight_bucket_bytes: int
+    sleep_enabled: bool
+
+    def _before_start(
+        self,
+        model_path: str | Path,
+        max_batch_size: int,
+        dtype: str,
+        max_model_len: int | None,
+        gpu_memory_utilization: float,
+        enable_sleep_mode: bool,
+        seed: int,
+        weight_bucket_bytes: int,
+    ) -> dict[str, Any]:
+        """The engine's own settings (bucket size, sleep mode, awake) and vLLM's engine arguments
+        (``vllm_engine_kwargs``, which also sets the environment vLLM reads when it starts)."""
+        self.weight_bucket_bytes = weight_bucket_bytes
+        kwargs = vllm_engine_kwargs(
+            model_path, max_batch_size, dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, seed
+        )
+        self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
+        self._asleep = False
+        return kwargs
 
     def _set_model_limits(self, model_config: Any, eos_token_ids: Iterable[int] | None) -> None:
+        """After vLLM started: the vocabulary and context its model has, and our extra eos ids."""
         self.vocab_size = int(model_config.get_vocab_size())
         self.max_model_len = int(model_config.max_model_len)
         self.eos_token_ids = set(eos_token_ids) if eos_token_ids is not None else None
@@ -223,21 +252,24 @@ class VLLMEngine(VLLMRequests, BatchingEngine):
         **llm_kwargs: Any,
     ) -> None:
         super().__init__(max_batch_size)
-        self.weight_bucket_bytes = weight_bucket_bytes
-        self.on_gpu = torch.cuda.is_available()
         if in_process is None:
-            in_process = not self.on_gpu
+            in_process = not torch.cuda.is_available()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0" if in_process else "1")
-        kwargs = vllm_engine_kwargs(
-            model_path, max_batch_size, dtype, max_model_len, gpu_memory_utilization, enable_sleep_mode, seed
+        kwargs = self._before_start(
+            model_path,
+            max_batch_size,
+            dtype,
+            max_model_len,
+            gpu_memory_utilization,
+            enable_sleep_mode,
+            seed,
+            weight_bucket_bytes,
         )
-        self.sleep_enabled = kwargs.get("enable_sleep_mode", False)
         import vllm
 
-        with _modules_hidden_from_vllm_kernel_scan(("numba", "llvmlite")):
+        with modules_hidden_from_vllm_kernel_scan():
             self.llm = vllm.LLM(**kwargs, **llm_kwargs)
         self._set_model_limits(self.llm.llm_engine.model_config, eos_token_ids)
-        self._asleep = False
 
     # ------------------------------------------------------------------ Engine API
     def update_weights(self, weights: WeightStream) -> None:
