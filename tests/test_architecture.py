@@ -180,6 +180,177 @@ def violations(root: Path, rows: dict[str, Row], doc: Path) -> list[str]:
     return problems
 
 
+LAYER_LINE = re.compile(r"^(\w+)\s+((?:(?:agentrl/\w+(?:/|\.py)|retriever/)\s*(?:→\s*)?)+)")
+PACKAGE_LABEL = re.compile(r"agentrl/\w+/|agentrl/\w+\.py|retriever/")
+
+
+def read_layers(doc: Path) -> dict[str, tuple[int, int]]:
+    """The layer diagram above the table: short name → (layer, position on its line).
+
+    Layer 0 is the top line of the fenced block that follows the section heading; a package
+    left of another on the same line sits above it (``engines → models``).
+    """
+    text = doc.read_text(encoding="utf-8")
+    section = text.split("## Packages and the direction of dependencies", 1)[1]
+    block = section.split("```", 2)[1]
+    layers: dict[str, tuple[int, int]] = {}
+    level = 0
+    for line in block.splitlines():
+        if not LAYER_LINE.match(line.strip()):
+            continue
+        labels = PACKAGE_LABEL.findall(line.split("(")[0])
+        for position, label in enumerate(labels):
+            key = _key_of_label(label)
+            assert key is not None and key not in layers, f"{doc}: layer diagram names {label!r} twice"
+            layers[key] = (level, position)
+        level += 1
+    assert layers, f"{doc}: no layer diagram found under 'Packages and the direction of dependencies'"
+    return layers
+
+
+def upward_permissions(
+    rows: dict[str, Row], layers: dict[str, tuple[int, int]], known: set[str]
+) -> list[str]:
+    """Rows that allow importing a package above (or beside, to the left of) their own."""
+    problems = []
+    for key, row in rows.items():
+        if key == ROOT_KEY:
+            continue
+        if key not in layers:
+            problems.append(f"`{row.label}` has a row but no place in the layer diagram")
+            continue
+        for other in sorted(row.allowed & known - {key}):
+            if other == ROOT_KEY:
+                continue
+            if other not in layers:
+                problems.append(f"`{row.label}` may import {other!r}, which the layer diagram does not place")
+                continue
+            elif layers[other] < layers[key]:
+                above = layers[other][0]
+                problems.append(
+                    f"`{row.label}` (layer {layers[key][0]}) may import {other!r} (layer {above}): upward"
+                )
+    return problems
+
+
+def unused_permissions(root: Path, rows: dict[str, Row]) -> list[str]:
+    """Packages a row allows that no file of that package imports."""
+    known = set(packages_on_disk(root))
+    used: dict[str, set[str]] = {key: set() for key in rows}
+    for path in source_files(root):
+        own = package_of_file(path, root)
+        for imp in imports_of(path, root, known):
+            used.setdefault(own, set()).add(imp.package)
+    problems = []
+    for key, row in rows.items():
+        unused = sorted((row.allowed & (known | {RETRIEVER})) - used.get(key, set()) - {key})
+        if unused:
+            problems.append(
+                f"`{row.label}` (line {row.line}) allows {unused}, which none of its files imports"
+            )
+    return problems
+
+
+def module_of_file(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """Module → the modules of ours it imports (functions included), resolved to files.
+
+    ``from pkg import name`` points at ``pkg.name`` when that is a module, else at ``pkg``.
+    A submodule's implicit import of its parent package is not an edge.
+    """
+    files = {module_of_file(p, root): p for p in source_files(root)}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    module = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    module = node.module or ""
+                targets = [
+                    f"{module}.{a.name}" if f"{module}.{a.name}" in files else module for a in node.names
+                ]
+            for target in targets:
+                while target and target not in files:  # ``import a.b.c`` of a name inside a module
+                    target = target.rpartition(".")[0]
+                if target and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+WHY_LONG = re.compile(r"#\s*long\b", re.IGNORECASE)  # "# long: <why>", above the def or atop the module
+
+
+def oversized(root: Path) -> list[str]:
+    """Modules over MAX_MODULE_LINES and functions over MAX_FUNCTION_LINES without a ``# long:`` why."""
+    problems = []
+    for path in source_files(root):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        rel = path.relative_to(root)
+        if len(lines) > MAX_MODULE_LINES and not any(WHY_LONG.match(line.strip()) for line in lines[:40]):
+            problems.append(
+                f"{rel}: {len(lines)} lines (> {MAX_MODULE_LINES}) and no '# long: <why>' near the top"
+            )
+        for node in ast.walk(ast.parse("\n".join(lines), filename=str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES and not (first >= 2 and WHY_LONG.match(lines[first - 2].strip())):
+                problems.append(
+                    f"{rel}:{node.lineno} {node.name}(): {length} lines (> {MAX_FUNCTION_LINES}) "
+                    "and no '# long: <why>' comment on the line above"
+                )
+    return problems
+
+
 # --- the checks on this repository ----------------------------------------------------------
 
 
@@ -208,6 +379,34 @@ def test_every_row_of_the_architecture_table_names_a_package_that_exists(table):
     assert not stale, (
         f"rows of the dependency table in {shown(DOC_PATH)} whose package does not exist: {stale}"
     )
+
+
+def test_no_row_of_the_architecture_table_allows_an_import_upward(table):
+    known = set(packages_on_disk(REPO_ROOT)) | {RETRIEVER}
+    problems = upward_permissions(table, read_layers(DOC_PATH), known)
+    assert not problems, f"{shown(DOC_PATH)}: permissions against the layer diagram:\n  " + "\n  ".join(
+        problems
+    )
+
+
+def test_every_permission_in_the_architecture_table_is_used_by_an_import(table):
+    problems = unused_permissions(REPO_ROOT, table)
+    assert not problems, (
+        f"{shown(DOC_PATH)}: permissions that no import uses (drop them from the row):\n  "
+        + "\n  ".join(problems)
+    )
+
+
+def test_no_module_under_agentrl_or_the_retriever_is_part_of_an_import_circle():
+    cycles = import_cycles(module_graph(REPO_ROOT))
+    assert not cycles, "modules that import each other (directly or around a circle):\n  " + "\n  ".join(
+        " ↔ ".join(cycle) for cycle in cycles
+    )
+
+
+def test_no_module_or_function_is_oversized_without_a_comment_saying_why():
+    problems = oversized(REPO_ROOT)
+    assert not problems, "split these, or say why they are long:\n  " + "\n  ".join(problems)
 
 
 def test_the_retriever_row_allows_nothing_of_agentrl(table):
@@ -289,3 +488,44 @@ def test_third_party_words_in_the_may_import_cell_allow_nothing(tmp_path):
     problems = violations(root, read_table(doc), doc)
     core = [p for p in problems if p.startswith("agentrl/core/")]
     assert len(core) == 1 and core[0].endswith("it may import: —"), problems
+
+
+def test_an_upward_permission_and_an_unused_one_are_reported(tmp_path):
+    root, doc = _toy_repo(tmp_path, "trainer")
+    with doc.open("a", encoding="utf-8") as f:
+        f.write(
+            "\n## Packages and the direction of dependencies\n\n```\n"
+            "drivers  agentrl/trainer/\nleaves   agentrl/core/   agentrl/seeding.py\n"
+            "service  retriever/\n```\n"
+        )
+    rows = read_table(doc)
+    known = set(packages_on_disk(root))
+    upward = upward_permissions(rows, read_layers(doc), known)
+    assert len(upward) == 1 and "`agentrl/core/`" in upward[0] and "'trainer'" in upward[0], upward
+    (root / "agentrl" / "trainer" / "loop.py").write_text("from ..core import maths\n", encoding="utf-8")
+    unused = unused_permissions(root, rows)
+    assert any("`agentrl/trainer/`" in p and "'retriever'" in p for p in unused), unused
+
+
+def test_a_circle_of_imports_between_files_is_found_even_through_a_function(tmp_path):
+    _write(tmp_path, "agentrl/__init__.py", "")
+    _write(tmp_path, "agentrl/engines/__init__.py", "from agentrl.engines.hf import HF\n")
+    _write(tmp_path, "agentrl/engines/hf.py", "from agentrl.engines import base\nclass HF: ...\n")
+    _write(tmp_path, "agentrl/engines/base.py", "def f():\n    from .continuous import C\n")
+    _write(tmp_path, "agentrl/engines/continuous.py", "from agentrl.engines.hf import HF\nC = 1\n")
+    _write(tmp_path, "agentrl/engines/alone.py", "import agentrl.engines.base\n")
+    (tmp_path / RETRIEVER).mkdir()
+    cycles = import_cycles(module_graph(tmp_path))
+    assert cycles == [["agentrl.engines.base", "agentrl.engines.continuous", "agentrl.engines.hf"]]
+
+
+def test_an_oversized_function_needs_a_comment_saying_why(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    _write(
+        tmp_path,
+        "agentrl/big.py",
+        f"def quiet():\n{body}\n\n# long: one table, read top to bottom\ndef why():\n{body}",
+    )
+    (tmp_path / RETRIEVER).mkdir()
+    problems = oversized(tmp_path)
+    assert len(problems) == 1 and "quiet()" in problems[0], problems
