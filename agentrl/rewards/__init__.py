@@ -22,9 +22,10 @@ from agentrl.rewards.scorers import (
     answer_metrics,
     format_score,
 )
-from agentrl.rewards.tags import extract_answer, information_texts, parse_response
+from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, extract_answer, information_texts, parse_response
 
 __all__ = [
+    "DEFAULT_TOOL_TAGS",
     "FormatScorer",
     "FormatValues",
     "MatchScorer",

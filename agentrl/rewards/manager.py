@@ -14,6 +14,7 @@ from typing import Any
 
 from agentrl.rewards.registry import DEFAULT_METRIC, resolve_scorer
 from agentrl.rewards.scorers import FormatValues, ScoreInput, Scorer
+from agentrl.rewards.tags import DEFAULT_TOOL_TAGS
 
 __all__ = ["RewardSettings", "score_batch"]
 
@@ -85,11 +86,14 @@ def score_batch(
     config: Any = None,
     *,
     answers: Sequence[str | None],
+    tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Score every response; return the scores and per-sample metric lists.
 
     ``answers[i]`` is the answer the rollout accepted for response i, or None
-    (``ScoreInput.answer``; the batch field ``answer``).
+    (``ScoreInput.answer``; the batch field ``answer``). ``tool_tags`` are the run's tool
+    tags (``RunContext.tool_tags``, from ``actor.rollout.tools``): the calls the format
+    check accepts and the tools ``tool_calls/<tag>`` counts.
 
     ``metrics[name]`` has one value per sample; a sample whose scorer did not report
     ``name`` (mixed custom scorers) gets NaN there, so averages can use ``nanmean``.
@@ -107,6 +111,7 @@ def score_batch(
             raise ValueError(f"score_batch: {name} has {length} items but responses has {n}")
     settings = RewardSettings.from_config(config)
     values = settings.format_values
+    tags = tuple(tool_tags)
     cache: dict[str, Scorer] = {}
     scores: list[float] = []
     per_sample: list[dict[str, float]] = []
@@ -127,6 +132,7 @@ def score_batch(
             data_source=source,
             extra_info=(extra_infos[i] or {}) if extra_infos is not None else {},
             answer=answers[i],
+            tool_tags=tags,
         )
         try:
             out = cache[source](inp)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentrl.rewards.match import as_gold_list, cover_exact_match, exact_match, f1_score, normalize_answer
-from agentrl.rewards.tags import extract_answer, parse_response
+from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, extract_answer, parse_response
 
 __all__ = [
     "MATCH_METRICS",
@@ -47,7 +47,8 @@ class ScoreInput:
     and closed in the next, with an observation in between, was rejected by the rollout
     and earns nothing. (Search-R1 instead takes the last ``<answer>…</answer>`` match in the
     decoded sequence, which accepts such an answer.) For text that did not come from a
-    rollout, ``from_text`` applies that last-match rule explicitly.
+    rollout, ``from_text`` applies that last-match rule explicitly. ``tool_tags`` are the
+    run's tool tags (``actor.rollout.tools``), the calls the tag grammar accepts.
     """
 
     response_text: str
@@ -55,6 +56,7 @@ class ScoreInput:
     data_source: str = ""
     extra_info: Mapping[str, Any] = field(default_factory=dict)
     answer: str | None = field(kw_only=True)
+    tool_tags: tuple[str, ...] = field(default=DEFAULT_TOOL_TAGS, kw_only=True)
 
     @classmethod
     def from_text(
@@ -63,6 +65,7 @@ class ScoreInput:
         ground_truth: Mapping[str, Any],
         data_source: str = "",
         extra_info: Mapping[str, Any] | None = None,
+        tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
     ) -> ScoreInput:
         """A response that did not come from a rollout: its answer is the last complete
         ``<answer>…</answer>`` outside retrieved documents (``extract_answer``)."""
@@ -72,6 +75,7 @@ class ScoreInput:
             data_source,
             dict(extra_info or {}),
             answer=extract_answer(response_text),
+            tool_tags=tuple(tool_tags),
         )
 
 
@@ -106,13 +110,20 @@ def _retrieval_hit(information: Sequence[str], golds: Sequence[str]) -> bool:
     return any(g in normalize_answer(text) for text in information for g in norm_golds)
 
 
-def answer_metrics(response_text: str, answer: str | None, golds: Sequence[str]) -> dict[str, float]:
+def answer_metrics(
+    response_text: str,
+    answer: str | None,
+    golds: Sequence[str],
+    tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
+) -> dict[str, float]:
     """All per-response metrics the built-in scorers log (floats, so they average).
 
     Match metrics score ``answer`` (the rollout's accepted answer, see ``ScoreInput``); the
-    structure metrics read ``response_text``.
+    structure metrics read ``response_text`` under the grammar of ``tool_tags``:
+    ``tool_calls/<tag>`` counts each tool's complete calls (every tag, used or not), and
+    ``num_searches`` the ``<search>`` calls, as it always has.
     """
-    structure = parse_response(response_text)
+    structure = parse_response(response_text, tool_tags)
     info = [b.content for b in structure.blocks if b.tag == "information"]
     metrics = {name: (fn(answer, golds) if answer is not None else 0.0) for name, fn in MATCH_METRICS.items()}
     metrics.update(
@@ -121,6 +132,7 @@ def answer_metrics(response_text: str, answer: str | None, golds: Sequence[str])
         retrieval_hit=float(_retrieval_hit(info, golds)),
         num_searches=float(structure.num_searches),
     )
+    metrics.update({f"tool_calls/{tag}": float(structure.count(tag)) for tag in tool_tags})
     return metrics
 
 
@@ -174,7 +186,9 @@ class MatchScorer:
             raise ValueError(f"unknown match metric {self.metric!r}; expected one of {sorted(MATCH_METRICS)}")
 
     def __call__(self, inp: ScoreInput) -> ScoreOutput:
-        metrics = answer_metrics(inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth))
+        metrics = answer_metrics(
+            inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth), inp.tool_tags
+        )
         return ScoreOutput(metrics[self.metric], metrics)
 
 
@@ -190,5 +204,7 @@ class FormatScorer:
             raise ValueError(f"unknown match metric {self.metric!r}; expected one of {sorted(MATCH_METRICS)}")
 
     def __call__(self, inp: ScoreInput) -> ScoreOutput:
-        metrics = answer_metrics(inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth))
+        metrics = answer_metrics(
+            inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth), inp.tool_tags
+        )
         return ScoreOutput(format_score(metrics, metrics[self.metric], self.values), metrics)

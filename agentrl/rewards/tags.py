@@ -3,14 +3,21 @@
 The response is what the policy wrote plus the ``<information>`` blocks the environment
 inserted; it never includes the prompt (the prompt's example ``<answer> Beijing </answer>``
 must not be scored). Everything here is plain string processing so it can run anywhere.
+
+The grammar knows the run's tool tags (``tool_tags``: the tags of ``actor.rollout.tools``,
+``("search",)`` by default, the quickstart's one tool); a call of any of them is answered by
+one ``<information>`` block.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = [
+    "DEFAULT_TOOL_TAGS",
     "Block",
     "ResponseStructure",
     "extract_answer",
@@ -18,7 +25,8 @@ __all__ = [
     "parse_response",
 ]
 
-_TAG = re.compile(r"<(/?)(think|search|information|answer)>")
+DEFAULT_TOOL_TAGS: tuple[str, ...] = ("search",)  # the default experiment's tools: one SearchTool
+_PROTOCOL_TAGS = ("think", "information", "answer")
 _INFORMATION = re.compile(r"<information>.*?(?:</information>|\Z)", re.DOTALL)
 # an <answer> whose body holds no further <answer> opening, so the innermost/last one wins
 _ANSWER = re.compile(r"<answer>((?:(?!<answer>).)*?)</answer>", re.DOTALL)
@@ -52,7 +60,11 @@ class ResponseStructure:
 
     @property
     def num_searches(self) -> int:
-        return sum(b.tag == "search" for b in self.blocks)
+        return self.count("search")
+
+    def count(self, tag: str) -> int:
+        """Complete ``<tag>`` blocks read (a tool's calls, for a tool tag)."""
+        return sum(b.tag == tag for b in self.blocks)
 
 
 def information_texts(response_text: str) -> list[str]:
@@ -74,29 +86,39 @@ def extract_answer(response_text: str) -> str | None:
     return matches[-1].strip() if matches else None
 
 
-# allowed successor of each block for the grammar think (search information think)* answer
-_NEXT = {
-    None: {"think"},
-    "think": {"search", "answer"},
-    "search": {"information"},
-    "information": {"think"},
-}
+@lru_cache(maxsize=32)
+def _grammar(tool_tags: tuple[str, ...]) -> tuple[re.Pattern[str], dict[str | None, frozenset[str]]]:
+    """The tag pattern and each block's allowed successors for ``think (CALL information think)*
+    answer``, CALL being any of ``tool_tags``."""
+    reserved = sorted(set(tool_tags) & set(_PROTOCOL_TAGS))
+    if reserved:
+        raise ValueError(f"tool tags {reserved} are the protocol's own tags, not tools")
+    names = "|".join(map(re.escape, (*_PROTOCOL_TAGS, *tool_tags)))
+    successors: dict[str | None, frozenset[str]] = {
+        None: frozenset({"think"}),
+        "think": frozenset({*tool_tags, "answer"}),
+        "information": frozenset({"think"}),
+    }
+    successors |= {tag: frozenset({"information"}) for tag in tool_tags}
+    return re.compile(rf"<(/?)({names})>"), successors
 
 
-def parse_response(response_text: str) -> ResponseStructure:
-    """Split a response into tag blocks and check them against the Search-R1 grammar.
+def parse_response(response_text: str, tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS) -> ResponseStructure:
+    """Split a response into tag blocks and check them against the Search-R1 grammar, any of
+    ``tool_tags`` being a call.
 
     Parsing never fails: a broken response yields the blocks read so far and a ``problem``
     message (useful in logs when a policy learns a degenerate format). Inside an
     ``<information>`` block only ``</information>`` is recognised, because retrieved text
-    may contain anything.
+    may contain anything. A tag that is no tool's is text.
     """
+    tag_pattern, successors = _grammar(tuple(tool_tags))
     blocks: list[Block] = []
     problem: str | None = None
     pos = 0
     n = len(response_text)
     while pos < n:
-        m = _TAG.search(response_text, pos)
+        m = tag_pattern.search(response_text, pos)
         gap = response_text[pos : m.start() if m else n]
         if gap.strip() and problem is None:
             problem = f"text outside tags: {gap.strip()[:40]!r}"
@@ -112,7 +134,7 @@ def parse_response(response_text: str) -> ResponseStructure:
             end = response_text.find("</information>", body_start)
             inner_problem = None
         else:
-            nxt = _TAG.search(response_text, body_start)
+            nxt = tag_pattern.search(response_text, body_start)
             end = nxt.start() if nxt else -1
             inner_problem = None
             if nxt is not None and nxt.group(0) != f"</{tag}>":
@@ -128,18 +150,18 @@ def parse_response(response_text: str) -> ResponseStructure:
         blocks.append(Block(tag, response_text[body_start:end]))
         pos = end + len(f"</{tag}>")
     if problem is None:
-        problem = _check_order(blocks)
+        problem = _check_order(blocks, successors)
     return ResponseStructure(tuple(blocks), problem)
 
 
-def _check_order(blocks: list[Block]) -> str | None:
+def _check_order(blocks: list[Block], successors: dict[str | None, frozenset[str]]) -> str | None:
     if not blocks:
         return "no tags"
     prev: str | None = None
     for i, b in enumerate(blocks):
         if prev == "answer":
             return f"<{b.tag}> after the final <answer>"
-        if b.tag not in _NEXT[prev]:
+        if b.tag not in successors[prev]:
             where = "at the start" if prev is None else f"after <{prev}>"
             return f"<{b.tag}> {where} (block {i})"
         prev = b.tag

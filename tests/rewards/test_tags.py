@@ -105,3 +105,22 @@ def test_well_formed_grammar_accepts_any_number_of_search_rounds(thoughts: list[
     )
     s = parse_response(f"<think>{thoughts[0]}</think>{rounds}<answer>{thoughts[-1]}</answer>")
     assert s.well_formed and s.num_searches == len(thoughts) - 1
+
+
+def test_the_grammar_accepts_a_call_of_any_tool_tag_it_is_given() -> None:
+    response = (
+        "<think>a</think><lookup>x</lookup><information>d</information>"
+        "<think>b</think><search>y</search><information>e</information><think>c</think><answer>z</answer>"
+    )
+    s = parse_response(response, ("search", "lookup"))
+    assert s.well_formed, s.problem
+    assert (s.count("lookup"), s.count("search"), s.num_searches) == (1, 1, 1)
+    assert not parse_response(response).well_formed  # <lookup> is no tool of the default run
+    nested = "<think>a <lookup> x </lookup></think><answer>z</answer>"
+    assert "<lookup> inside <think>" in parse_response(nested, ("lookup",)).problem
+    assert parse_response(nested).well_formed  # not a tool here: text inside <think>
+
+
+def test_a_protocol_tag_cannot_be_a_tool_tag() -> None:
+    with pytest.raises(ValueError, match="protocol's own tags"):
+        parse_response("<think>a</think>", ("search", "answer"))
