@@ -1,103 +1,233 @@
-"""Running the policy's tool calls: batched, with timeouts, one failure costing one trajectory.
+"""Running the policy's tool calls: checked, batched, bounded, one failure costing one trajectory.
 
-``ToolDispatcher.run_batch`` executes one batch of calls to one tool; if the batch fails,
-each call is retried alone so that one bad call (or a back end that chokes on one input)
-costs only its own trajectory. ``call`` is the concurrent path: calls that arrive in the
-same event-loop pass are coalesced into one ``run_batch`` per tool.
+``ToolDispatcher`` knows tools by name (``TypedTool``, see ``tools/typed.py``). A call's
+arguments are checked against the tool's schema first: an unknown tool or arguments that
+do not fit come back as an outcome with ``invalid`` set (``"unknown_tool"``/``"schema"``)
+and the reason, without running anything.
 
-A failed call becomes an outcome with an error (``tool_error_policy="observe"``: the
-trajectory sees an error observation) or fails the rollout with the tool's own error
-(``"raise"``). Nothing waits without a timeout.
+* ``call(uid, name, arguments)`` is the concurrent path: calls to a stateless tool that
+  arrive in the same event-loop pass, from any trajectories, are coalesced into one batch;
+  ``call_many(uid, calls)`` runs one turn's calls concurrently and returns their outcomes
+  in call order.
+* ``call_batch(name, calls)`` runs one batch of one tool (the lockstep schedule's path).
+* Calls to a stateful tool go through their trajectory's session (``tools/sessions.py``);
+  ``trajectory(uid)`` / ``close_trajectory(uid)`` / ``close_all()`` close them, so no
+  session outlives its trajectory.
+
+If a batch fails, each call is retried alone so that one bad call (or a back end that
+chokes on one input) costs only its own trajectory. A failed call becomes an outcome with
+an error (``tool_error_policy="observe"``: the trajectory sees an error observation) or
+fails the rollout with the tool's own error (``"raise"``). A tool that breaks its contract
+(the wrong number of results) raises ``ToolContractError`` whatever the policy: that is a
+bug in the tool, never hidden by the retry. Nothing waits without a timeout: every call is
+bounded by its tool's ``timeout_s``, synchronous tools included (they run on a thread).
+
+``call(tag, content)`` and ``run_batch(tag, calls)``, keyed by tag with the text between
+the tags, are the tags rollout's form of the same calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
-from agentrl.agent.tools.base import Tool, ToolResult
+from agentrl.agent.tools.base import ToolContractError, ToolResult, ToolTimeout
+from agentrl.agent.tools.sessions import SessionTable
+from agentrl.agent.tools.spec import argument_errors
+from agentrl.agent.tools.typed import TypedTool, as_typed, within_deadline
 from agentrl.config.schema import ToolErrorPolicy
+
+__all__ = ["TOOL_ERROR_POLICIES", "ToolContractError", "ToolDispatcher", "ToolOutcome", "ToolTimeout"]
 
 TOOL_ERROR_POLICIES: tuple[str, ...] = get_args(ToolErrorPolicy)
 
 
-class ToolTimeout(TimeoutError):
-    """A tool call exceeded its ``timeout_s``."""
-
-
 @dataclass(frozen=True)
 class ToolOutcome:
-    """What one call produced: a result, or the error text of a failed call."""
+    """What one call produced: a result, or the error text of a call that failed or never ran.
+
+    ``invalid`` says why a call never ran (``"unknown_tool"`` or ``"schema"``, the policy's
+    mistake); it is None for a result and for a tool that failed.
+    """
 
     result: ToolResult | None
     error: str | None = None
+    invalid: str | None = None
 
 
 class ToolDispatcher:
-    """Runs tool calls in batches with timeouts and failure isolation (see the module docstring)."""
+    """Runs tool calls by name with schema checks, batching, timeouts, sessions and failure isolation.
 
-    def __init__(self, tools: Mapping[str, Tool], policy: str) -> None:
+    ``tools``: the tools (a tag → tool mapping, as the tags rollout keeps them, or a sequence),
+    tag tools and schema tools alike; ``policy``: ``tool_error_policy``.
+    """
+
+    def __init__(self, tools: Mapping[str, Any] | Sequence[Any], policy: str) -> None:
         if policy not in TOOL_ERROR_POLICIES:
             raise ValueError(f"tool_error_policy must be one of {TOOL_ERROR_POLICIES}, got {policy!r}")
-        self.tools = tools
+        entries = tools.items() if isinstance(tools, Mapping) else ((None, t) for t in tools)
+        self.tools: dict[str, TypedTool] = {}
+        self._by_tag: dict[str, TypedTool] = {}
+        for key, tool in entries:
+            typed = as_typed(tool, f"tool for <{key}>" if key is not None else "tool")
+            for index, value, kind in ((self.tools, typed.name, "name"), (self._by_tag, typed.tag, "tag")):
+                if value in index:
+                    raise ValueError(f"{index[value].label} and {typed.label} share the {kind} {value!r}")
+                index[value] = typed
         self.policy = policy
-        self._pending: dict[str, list[tuple[str, asyncio.Future[ToolOutcome]]]] = defaultdict(list)
+        self.sessions = SessionTable()
+        self._pending: dict[str, list[tuple[dict[str, Any], asyncio.Future[ToolOutcome]]]] = defaultdict(list)
         self.busy_seconds = 0.0  # wall time with at least one tool call in flight
         self._in_flight = 0
         self._busy_since = 0.0
 
-    async def _execute(self, tag: str, calls: list[str]) -> list[ToolResult]:
-        tool = self.tools[tag]
+    # --- checks ----------------------------------------------------------------------
+
+    def check(self, name: str, arguments: Any) -> ToolOutcome | None:
+        """The outcome of a call that must not run (unknown tool, arguments off the schema), else None."""
+        tool = self.tools.get(name)
+        if tool is None:
+            return ToolOutcome(None, f"unknown tool {name!r}; tools: {sorted(self.tools)}", "unknown_tool")
+        problem = argument_errors(tool.spec, arguments)
+        return None if problem is None else ToolOutcome(None, problem, "schema")
+
+    def tool_for_tag(self, tag: str) -> TypedTool:
+        """The tool a tag calls (the tags format)."""
+        return self._by_tag[tag]
+
+    # --- calls -----------------------------------------------------------------------
+
+    async def call(
+        self, uid: str | None, name: str, arguments: Mapping[str, Any] | None = None
+    ) -> ToolOutcome:
+        """One call of trajectory ``uid`` to tool ``name``, coalesced with concurrent calls.
+
+        ``call(tag, content)`` (no ``arguments``) is the tags rollout's form: the tool its tag
+        names, called with the text between the tags as its one string argument.
+        """
+        if arguments is None:
+            tool = self._by_tag[uid]  # type: ignore[index]
+            return await self.call(None, tool.name, {self._argument_of(tool): name})
+        rejected = self.check(name, arguments)
+        if rejected is not None:
+            return rejected
+        tool = self.tools[name]
+        if tool.stateful:
+            return await self._session_call(tool, uid, dict(arguments))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ToolOutcome] = loop.create_future()
+        self._pending[name].append((dict(arguments), future))
+        if len(self._pending[name]) == 1:
+            loop.create_task(self._flush(tool))
+        return await future
+
+    async def call_many(
+        self, uid: str | None, calls: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[ToolOutcome]:
+        """One turn's calls ``[(name, arguments), ...]``, run concurrently; outcomes in call order."""
+        return list(await asyncio.gather(*(self.call(uid, name, args) for name, args in calls)))
+
+    async def call_batch(
+        self, name: str, calls: Sequence[tuple[str | None, Mapping[str, Any]]]
+    ) -> list[ToolOutcome]:
+        """One batch of calls ``[(uid, arguments), ...]`` to one tool; outcomes in call order."""
+        outcomes: list[ToolOutcome | None] = [self.check(name, args) for _, args in calls]
+        todo = [i for i, o in enumerate(outcomes) if o is None]
+        if todo:
+            tool = self.tools[name]
+            if tool.stateful:
+                ran = await asyncio.gather(
+                    *(self._session_call(tool, calls[i][0], dict(calls[i][1])) for i in todo)
+                )
+            else:
+                ran = await self._run_stateless(tool, [dict(calls[i][1]) for i in todo])
+            for i, outcome in zip(todo, ran, strict=True):
+                outcomes[i] = outcome
+        return outcomes  # type: ignore[return-value]
+
+    async def run_batch(self, tag: str, calls: list[str]) -> list[ToolOutcome]:
+        """The tags rollout's batch: the texts between the tags of the tool ``tag`` names."""
+        tool = self._by_tag[tag]
+        argument = self._argument_of(tool)
+        return await self.call_batch(tool.name, [(None, {argument: c}) for c in calls])
+
+    # --- sessions --------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def trajectory(self, uid: str) -> AsyncIterator[None]:
+        """Closes ``uid``'s sessions when the block ends, however it ends (cancellation included)."""
+        try:
+            yield
+        finally:
+            # shielded: a second cancellation must not leave a session open
+            await asyncio.shield(self.close_trajectory(uid))
+
+    async def close_trajectory(self, uid: str) -> None:
+        """Close every tool session of trajectory ``uid`` (it ended, failed or was cancelled)."""
+        await self.sessions.close_trajectory(uid)
+
+    async def close_all(self) -> None:
+        """Close every session still open (the rollout's end)."""
+        await self.sessions.close_all()
+
+    # --- running ---------------------------------------------------------------------
+
+    @staticmethod
+    def _argument_of(tool: TypedTool) -> str:
+        if tool.argument is None:
+            raise ValueError(f"{tool.label} takes a JSON object, not the text between tags")
+        return tool.argument
+
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
         if self._in_flight == 0:
             self._busy_since = time.perf_counter()
         self._in_flight += 1
         try:
-            results = await asyncio.wait_for(tool.execute(list(calls)), timeout=tool.timeout_s)
-        except asyncio.TimeoutError:
-            raise ToolTimeout(
-                f"tool {tool.name!r} <{tag}> did not answer within {tool.timeout_s} s"
-            ) from None
+            yield
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
                 self.busy_seconds += time.perf_counter() - self._busy_since
-        if len(results) != len(calls):
-            raise RuntimeError(
-                f"tool {tool.name!r} <{tag}> returned {len(results)} results for {len(calls)} calls"
-            )
-        return list(results)
 
-    async def run_batch(self, tag: str, calls: list[str]) -> list[ToolOutcome]:
+    def _failed(self, exc: Exception) -> ToolOutcome:
+        """A failed call's outcome under ``tool_error_policy`` (or the error itself, re-raised)."""
+        if isinstance(exc, ToolContractError) or self.policy == "raise":
+            raise exc
+        return ToolOutcome(None, f"{type(exc).__name__}: {exc}")
+
+    async def _run_stateless(self, tool: TypedTool, arguments: list[dict[str, Any]]) -> list[ToolOutcome]:
         try:
-            return [ToolOutcome(r) for r in await self._execute(tag, calls)]
+            with self._busy():
+                results = await within_deadline(tool.call(arguments), tool)
+            return [ToolOutcome(r) for r in results]
         except Exception as exc:
-            if self.policy == "raise":
-                raise
-            if len(calls) > 1:
-                return [
-                    o
-                    for outs in await asyncio.gather(*(self.run_batch(tag, [c]) for c in calls))
-                    for o in outs
-                ]
-            return [ToolOutcome(None, f"{type(exc).__name__}: {exc}")]
+            if len(arguments) > 1 and not isinstance(exc, ToolContractError) and self.policy != "raise":
+                singles = await asyncio.gather(*(self._run_stateless(tool, [a]) for a in arguments))
+                return [o for outs in singles for o in outs]
+            return [self._failed(exc)]
 
-    async def call(self, tag: str, content: str) -> ToolOutcome:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[ToolOutcome] = loop.create_future()
-        self._pending[tag].append((content, future))
-        if len(self._pending[tag]) == 1:
-            loop.create_task(self._flush(tag))
-        return await future
-
-    async def _flush(self, tag: str) -> None:
-        await asyncio.sleep(0)  # let every coroutine that is ready this pass enqueue its call
-        batch, self._pending[tag] = self._pending[tag], []
+    async def _session_call(self, tool: TypedTool, uid: str | None, arguments: dict[str, Any]) -> ToolOutcome:
+        if uid is None:
+            raise ValueError(
+                f"{tool.label} keeps a session per trajectory: call it with the trajectory's uid"
+            )
         try:
-            outcomes = await self.run_batch(tag, [c for c, _ in batch])
+            with self._busy():
+                return ToolOutcome(await self.sessions.call(tool, uid, arguments))
+        except Exception as exc:
+            return self._failed(exc)
+
+    async def _flush(self, tool: TypedTool) -> None:
+        await asyncio.sleep(0)  # let every coroutine that is ready this pass enqueue its call
+        batch, self._pending[tool.name] = self._pending[tool.name], []
+        try:
+            outcomes = await self._run_stateless(tool, [args for args, _ in batch])
         except BaseException as exc:
             for _, fut in batch:
                 if not fut.done():

@@ -1,6 +1,22 @@
-"""Tools the policy can call by tag, and the registry that builds them from config."""
+"""Tools the policy can call (by tag or by schema), and the registry that builds them from config."""
 
-from agentrl.agent.tools.base import Tool, ToolError, ToolResult
+from agentrl.agent.tools.base import Tool, ToolContractError, ToolError, ToolResult, ToolTimeout
 from agentrl.agent.tools.registry import build_tool, build_tools
+from agentrl.agent.tools.spec import ToolSpec, argument_errors
+from agentrl.agent.tools.typed import SchemaTool, ToolSession, TypedTool, as_typed
 
-__all__ = ["Tool", "ToolError", "ToolResult", "build_tool", "build_tools"]
+__all__ = [
+    "SchemaTool",
+    "Tool",
+    "ToolContractError",
+    "ToolError",
+    "ToolResult",
+    "ToolSession",
+    "ToolSpec",
+    "ToolTimeout",
+    "TypedTool",
+    "argument_errors",
+    "as_typed",
+    "build_tool",
+    "build_tools",
+]

@@ -33,6 +33,15 @@ class ToolError(RuntimeError):
     """A tool failed to produce results (not the policy's fault)."""
 
 
+class ToolTimeout(TimeoutError):
+    """A tool call exceeded its ``timeout_s``."""
+
+
+class ToolContractError(RuntimeError):
+    """A tool broke its contract (e.g. returned the wrong number of results): a bug in the tool,
+    raised whatever ``tool_error_policy`` says, never retried or turned into an observation."""
+
+
 @runtime_checkable
 class Tool(Protocol):
     """A callable environment action.
@@ -46,24 +55,38 @@ class Tool(Protocol):
     tag: str
     timeout_s: float
 
+    # Optional: ``argument`` (default "query") and ``description`` give the tool's derived
+    # ``ToolSpec`` (one required string parameter), which the ``hermes`` format shows the model.
+
     async def execute(self, calls: list[str]) -> list[ToolResult]:
         """One result per call, in order. ``calls`` are the stripped texts between the tags."""
         ...
 
 
 def validate_tool(tool: object, where: str) -> Tool:
-    """Check that ``tool`` fits the protocol, with an error that says what is missing."""
+    """Check that a tag tool fits the protocol, with an error that says what is missing
+    (a schema tool, one with a ``spec``, is checked by ``agentrl.agent.tools.typed.as_typed``)."""
     for attr in ("name", "tag", "timeout_s", "execute"):
         if not hasattr(tool, attr):
             raise TypeError(
                 f"{where}: tool {type(tool).__name__} has no '{attr}' (see agentrl.agent.tools.base.Tool)"
             )
-    tag = tool.tag  # type: ignore[attr-defined]
+    check_tag(tool.tag, where)  # type: ignore[attr-defined]
+    check_timeout(tool.timeout_s, where)  # type: ignore[attr-defined]
+    return tool  # type: ignore[return-value]
+
+
+def check_tag(tag: object, where: str) -> str:
+    """A tool's tag: an identifier that is not one of the reserved tags."""
     if not isinstance(tag, str) or not tag.isidentifier():
         raise ValueError(f"{where}: tool tag must be an identifier like 'search', got {tag!r}")
     if tag in RESERVED_TAGS:
         raise ValueError(f"{where}: tool tag {tag!r} is reserved (reserved: {sorted(RESERVED_TAGS)})")
-    timeout = tool.timeout_s  # type: ignore[attr-defined]
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
+    return tag
+
+
+def check_timeout(timeout: object, where: str) -> float:
+    """A tool's ``timeout_s``: a number > 0."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ValueError(f"{where}: tool timeout_s must be > 0, got {timeout!r}")
-    return tool  # type: ignore[return-value]
+    return float(timeout)

@@ -87,6 +87,8 @@ class CalculatorTool:
     """``<calculate> expression </calculate>``; errors come back as observation text."""
 
     name = "calculator"
+    argument = "expression"  # the one string parameter of its derived ToolSpec
+    description = "Evaluate an arithmetic expression: numbers, + - * / // % **, unary signs and parentheses."
 
     def __init__(self, tag: str = "calculate", max_exponent: int = 100, timeout_s: float = 5.0) -> None:
         if max_exponent < 1:

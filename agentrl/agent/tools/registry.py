@@ -3,7 +3,8 @@
 ``ToolConfig(class_path="my_pkg.tools.Weather", options={"api_url": ...})`` (or
 ``"my_pkg.tools:Weather"``) imports the class and calls it with ``options`` as keyword
 arguments. Options are checked against the constructor's signature first, so a typo
-fails with the tool's path and the option's name instead of a bare ``TypeError``.
+fails with the tool's path and the option's name instead of a bare ``TypeError``. Tag
+tools and schema tools (``typed.py``) are both built and checked here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agentrl.agent.tools.base import Tool, validate_tool
+from agentrl.agent.tools.base import Tool
+from agentrl.agent.tools.typed import as_typed
 from agentrl.config.schema import ToolConfig
 from agentrl.importing import import_object
 
@@ -57,17 +59,21 @@ def build_tool(config: ToolConfig | Mapping[str, Any]) -> Tool:
         tool = cls(**options)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"tool {path!r}: {exc}") from exc
-    return validate_tool(tool, f"tool {path!r}")
+    as_typed(tool, f"tool {path!r}")  # checked: the attributes its kind needs, tag, timeout, spec
+    return tool
 
 
 def build_tools(configs: Iterable[ToolConfig | Mapping[str, Any]]) -> dict[str, Tool]:
-    """All configured tools by tag; two tools may not share a tag."""
+    """All configured tools by tag; two tools may not share a tag or a name."""
     tools: dict[str, Tool] = {}
+    seen: dict[tuple[str, str], Any] = {}  # ("tag", "<search>") / ("name", "'search'") -> tool
     for config in configs:
         tool = build_tool(config)
-        if tool.tag in tools:
-            raise ValueError(
-                f"tools {type(tools[tool.tag]).__name__} and {type(tool).__name__} both use tag <{tool.tag}>"
-            )
-        tools[tool.tag] = tool
+        typed = as_typed(tool)
+        for key in (("tag", f"<{typed.tag}>"), ("name", repr(typed.name))):
+            if key in seen:
+                first, second = type(seen[key]).__name__, type(tool).__name__
+                raise ValueError(f"tools {first} and {second} both use {key[0]} {key[1]}")
+            seen[key] = tool
+        tools[typed.tag] = tool
     return tools

@@ -38,6 +38,8 @@ class SearchTool:
     """
 
     name = "search"
+    argument = "query"  # the one string parameter of its derived ToolSpec
+    description = "Search the passage index for a query and return the best-matching passages."
 
     def __init__(
         self,
