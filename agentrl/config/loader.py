@@ -3,19 +3,23 @@
     cfg = load_config("grpo", ["actor.optim.lr=1e-6", "actor.rollout.n=4"])
 
 Problems are collected into one ``ConfigError`` whose message names each full key and
-what was expected, so a typo stops the run before Ray, models or data are touched.
+what was expected, so a typo stops the run before Ray, models or data are touched. One
+element of a list is overridden with its index in brackets,
+``actor.rollout.tools[1].options.url=http://...`` (an index past the list's end is refused
+with the list's length: a new element needs the whole list).
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+import typing
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from agentrl.config.checks import ConfigError, check_choice, validate_config
@@ -28,8 +32,16 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
+def _list_element(cls: type, name: str) -> type | None:
+    """The dataclass a ``list[...]`` field ``name`` of ``cls`` holds, if it holds one."""
+    hint = typing.get_type_hints(cls).get(name)
+    args = typing.get_args(hint) if typing.get_origin(hint) is list else ()
+    return args[0] if args and is_dataclass(args[0]) else None
+
+
 def _all_keys(node: Any, prefix: str = "") -> list[str]:
-    """Every dotted key of a config instance, nested sections included."""
+    """Every dotted key of a config instance, nested sections included; the fields of a list's
+    dataclass elements as ``name[].field``."""
     keys = []
     for f in fields(node):
         full = f"{prefix}{f.name}"
@@ -37,6 +49,9 @@ def _all_keys(node: Any, prefix: str = "") -> list[str]:
         value = getattr(node, f.name)
         if is_dataclass(value):
             keys.extend(_all_keys(value, f"{full}."))
+        element = _list_element(type(node), f.name)
+        if element is not None:
+            keys.extend(_all_keys(element(), f"{full}[]."))
     return keys
 
 
@@ -58,13 +73,18 @@ RENAMED = {
 def _suggest(full_key: str) -> str:
     if full_key in RENAMED:
         return f" (it is now '{RENAMED[full_key]}')"
+    indices = iter(_INDEX.findall(full_key))
+    key = _INDEX.sub("[]", full_key)  # an element's fields are its list's: name[].field
     candidates = _all_keys(ExperimentConfig())
-    parent = full_key.rsplit(".", 1)[0] if "." in full_key else ""
+    parent = key.rsplit(".", 1)[0] if "." in key else ""
     siblings = [k for k in candidates if (k.rsplit(".", 1)[0] if "." in k else "") == parent]
-    match = difflib.get_close_matches(full_key, siblings, n=1, cutoff=0.6) or difflib.get_close_matches(
-        full_key, candidates, n=1, cutoff=0.75
+    match = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6) or difflib.get_close_matches(
+        key, candidates, n=1, cutoff=0.75
     )
-    return f" (did you mean '{match[0]}'?)" if match else ""
+    if not match:
+        return ""
+    suggestion = re.sub(r"\[\]", lambda _: f"[{next(indices, 0)}]", match[0])  # the user's own indices
+    return f" (did you mean '{suggestion}'?)"
 
 
 def _explain(error: OmegaConfBaseException, origin: str) -> str:
@@ -86,14 +106,52 @@ def _explain(error: OmegaConfBaseException, origin: str) -> str:
     return f"{origin}: config key '{full_key}': {text}"
 
 
+_SEGMENT = r"[A-Za-z_]\w*(?:\[\d+\])*"  # a key's part, a list's element by index: tools[1]
+_KEY = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
 def _parse_override(text: str) -> tuple[str, str]:
     if "=" not in text:
         raise ConfigError(f"override '{text}' is not of the form key=value (e.g. actor.optim.lr=1e-6)")
     key, value = text.split("=", 1)
     key = key.strip()
-    if not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key):
-        raise ConfigError(f"override '{text}': '{key}' is not a dotted config key")
+    if not _KEY.fullmatch(key):
+        bracketed = re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", key)
+        hint = f" (a list element takes its index in brackets: '{bracketed}')" if bracketed != key else ""
+        raise ConfigError(f"override '{text}': '{key}' is not a dotted config key{hint}")
     return key, value
+
+
+def _check_indices(cfg: Any, key: str, text: str) -> None:
+    """Refuse an index past its list's end (or into a non-list), naming the list and its length."""
+    path = ""
+    for segment in key.split("."):
+        name, *indices = segment.split("[")
+        path = f"{path}.{name}" if path else name
+        for raw in indices:
+            index = int(raw.rstrip("]"))
+            node = OmegaConf.select(cfg, path, default=None)
+            if node is None:
+                return  # an unknown key: the update names it, with a suggestion
+            if not isinstance(node, ListConfig):
+                raise ConfigError(f"override '{text}': '{path}' is not a list, so [{index}] indexes nothing")
+            if index >= len(node):
+                raise ConfigError(
+                    f"override '{text}': index {index} is out of range: '{path}' has {len(node)} "
+                    f"element(s), [0] to [{len(node) - 1}]; to add one, set the whole list: {path}=[...]"
+                )
+            path = f"{path}[{index}]"
+
+
+def _apply_override(cfg: Any, key: str, value: str, text: str) -> Any:
+    """``cfg`` with ``key=value``; the value is read as YAML, as a dotlist reads it."""
+    if "[" not in key:
+        return OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={value}"]))
+    _check_indices(cfg, key, text)
+    parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"value={value}"]), resolve=False)["value"]
+    OmegaConf.update(cfg, key, parsed, merge=True)
+    return cfg
 
 
 def load_config(
@@ -119,7 +177,9 @@ def load_config(
     for text in overrides or []:
         key, value = _parse_override(text)
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={value}"]))
+            cfg = _apply_override(cfg, key, value, text)
+        except ConfigError as error:
+            problems.append(str(error))
         except OmegaConfBaseException as error:
             problems.append(_explain(error, f"override '{text}'"))
     if problems:

@@ -248,3 +248,40 @@ def test_the_config_package_imports_nothing_above_it():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['config', 'core']", out
+
+
+TWO_TOOLS = (
+    "actor.rollout.tools=[{class_path: agentrl.agent.tools.search.SearchTool, "
+    "options: {url: 'http://a:1/r'}}, {class_path: agentrl.agent.tools.calculator.CalculatorTool}]"
+)
+
+
+def test_one_element_of_the_tools_list_is_overridden_by_its_index(model_dir):
+    cfg = load_config(
+        "ppo",
+        [
+            f"actor.model_path={model_dir}",
+            TWO_TOOLS,
+            "actor.rollout.tools[1].options.max_exponent=7",
+            "actor.rollout.tools[0].options.topk=5",
+        ],
+    )
+    search, calculator = cfg.actor.rollout.tools
+    assert search.options == {"url": "http://a:1/r", "topk": 5}  # merged into the element's options
+    assert calculator.class_path.endswith("CalculatorTool") and calculator.options == {"max_exponent": 7}
+
+
+def test_an_index_past_the_list_is_refused_with_the_lists_length(model_dir):
+    with pytest.raises(ConfigError, match=r"index 2 is out of range: 'actor\.rollout\.tools' has 2 element"):
+        load_config(
+            "ppo", [f"actor.model_path={model_dir}", TWO_TOOLS, "actor.rollout.tools[2].options.url=x"]
+        )
+    with pytest.raises(ConfigError, match=r"'actor\.rollout\.n' is not a list"):
+        load_config("ppo", [f"actor.model_path={model_dir}", "actor.rollout.n[0]=3"])
+
+
+def test_a_dotted_index_or_a_typo_in_an_element_names_the_bracketed_key(model_dir):
+    with pytest.raises(ConfigError, match=r"in brackets: 'actor\.rollout\.tools\[1\]\.options\.url'"):
+        load_config("ppo", [f"actor.model_path={model_dir}", "actor.rollout.tools.1.options.url=x"])
+    with pytest.raises(ConfigError, match=r"did you mean 'actor\.rollout\.tools\[0\]\.options'\?"):
+        load_config("ppo", [f"actor.model_path={model_dir}", "actor.rollout.tools[0].optons.url=x"])
