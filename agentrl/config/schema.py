@@ -22,6 +22,10 @@ Strategy = Literal["dp", "fsdp"]  # dp: full replicas, gradients summed; fsdp: F
 PlacementKind = Literal["split", "colocated"]
 Device = Literal["cpu", "cuda"]
 LoggerName = Literal["console", "jsonl", "tensorboard", "wandb"]
+# tags: <search>…</search> (Search-R1); hermes: <tool_call>{json}</tool_call>, results as tool messages
+ToolFormat = Literal["tags", "hermes"]
+# model: the tokenizer's own chat template; hermes: the Hermes-style one in agent/formats/templates.py
+ChatTemplate = Literal["model", "hermes"]
 
 
 @dataclass
@@ -104,6 +108,16 @@ class RolloutConfig:
     tool_error_policy: ToolErrorPolicy = "observe"  # observe (error text as observation) | raise
     val_greedy: bool = True
     tools: list[ToolConfig] = field(default_factory=lambda: [ToolConfig()])
+    tool_format: ToolFormat = "tags"  # how the policy calls tools and reads results (agent/formats/)
+    # hermes needs a template that renders tools=; a template that cannot is refused, never replaced silently
+    chat_template: ChatTemplate = "model"
+    # a template that rewrites earlier turns (drops earlier <think>) is refused unless the turns are kept as
+    # sampled: the rollout never re-renders them
+    keep_thinking: bool = False
+    enable_thinking: bool | None = None  # passed to templates that read it; None: not passed
+    max_calls_per_turn: int = 4  # tool calls one turn may make (hermes)
+    max_calls_per_trajectory: int | None = None  # None: no limit beyond the turns
+    format_penalty: float = 0.0  # the reward's penalty for malformed tool calls; 0: none
 
 
 @dataclass

@@ -37,6 +37,9 @@ TAG_TOKENS: tuple[str, ...] = (
     "<answer>",
     "</answer>",
 )
+# The hermes format's tags, single tokens only when asked for (``tool_call_tokens=True``): adding
+# them by default would change every id of the quickstart's tokenizer.
+TOOL_CALL_TOKENS: tuple[str, ...] = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -95,20 +98,22 @@ _SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int, out_dir: str | Path | None = None
+    texts: Iterable[str], vocab_size: int, out_dir: str | Path | None = None, tool_call_tokens: bool = False
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE on ``texts`` and wrap it as a transformers fast tokenizer.
 
     Special tokens (never produced by the BPE, stripped by ``skip_special_tokens``):
     pad ``<|pad|>``, bos ``<|endoftext|>``, ``<|im_start|>`` and eos ``<|im_end|>``. pad differs
     from eos so that masks never confuse padding with a real end of message. The agent
-    tags are added as non-special single tokens. ``vocab_size`` is an upper bound: the
+    tags are added as non-special single tokens, and with ``tool_call_tokens`` the hermes
+    format's ``TOOL_CALL_TOKENS`` too. ``vocab_size`` is an upper bound: the
     trainer stops early when the corpus has no more merges. If ``out_dir`` is given the
     tokenizer is saved there.
     """
-    if vocab_size < 256 + len(SPECIAL_TOKENS) + len(TAG_TOKENS):
+    tags = (*TAG_TOKENS, *(TOOL_CALL_TOKENS if tool_call_tokens else ()))
+    if vocab_size < 256 + len(SPECIAL_TOKENS) + len(tags):
         raise ValueError(
-            f"vocab_size must be >= {256 + len(SPECIAL_TOKENS) + len(TAG_TOKENS)} "
+            f"vocab_size must be >= {256 + len(SPECIAL_TOKENS) + len(tags)} "
             f"(256 bytes + special + tag tokens), got {vocab_size}"
         )
     texts = list(texts)
@@ -128,13 +133,13 @@ def train_tokenizer(
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(TAG_TOKENS),
+        vocab_size=vocab_size - len(tags),
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in tags])
 
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -217,16 +222,20 @@ def make_tiny_model_dir(
     size: Size = "nano",
     seed: int = 0,
     arch: Arch = "qwen2",
+    tool_call_tokens: bool = False,
 ) -> Path:
     """Tokenizer + random model in one call (what tests and the quickstart use).
 
     ``nano`` is ~0.2M parameters and builds in about a second; ``small`` is ~5M.
     ``texts`` defaults to a built-in list covering the agent tags and some English.
+    ``tool_call_tokens`` adds the hermes format's tags as single tokens (off: the ids stay as they were).
     """
     if size not in _SIZES:
         raise ValueError(f"size must be one of {sorted(_SIZES)}, got {size!r}")
     vocab, hidden, layers, heads, kv_heads, inter = _SIZES[size]
-    tokenizer = train_tokenizer(DEFAULT_TEXTS if texts is None else texts, vocab_size=vocab)
+    tokenizer = train_tokenizer(
+        DEFAULT_TEXTS if texts is None else texts, vocab_size=vocab, tool_call_tokens=tool_call_tokens
+    )
     return build_tiny_causal_lm(
         tokenizer,
         out_dir,

@@ -1,0 +1,80 @@
+"""Tool-call formats: how the policy calls tools and reads their results, one class per dialect.
+
+``build_format`` makes the one chosen by ``actor.rollout.tool_format`` (``tags``: Search-R1's,
+the default; ``hermes``: JSON calls through the chat template), running its start-up checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, get_args
+
+from agentrl.agent.formats.base import (
+    MALFORMED_REASONS,
+    FormatError,
+    MalformedReason,
+    ParsedCall,
+    ToolCallFormat,
+    ToolMessage,
+    TurnParse,
+)
+from agentrl.agent.formats.hermes import HermesFormat
+from agentrl.agent.formats.tags import TagsFormat
+from agentrl.agent.formats.templates import HERMES_TEMPLATE
+from agentrl.agent.tools.spec import ToolSpec
+from agentrl.config.schema import RolloutConfig, ToolFormat
+
+TOOL_FORMATS: tuple[str, ...] = get_args(ToolFormat)
+
+__all__ = [
+    "HERMES_TEMPLATE",
+    "MALFORMED_REASONS",
+    "TOOL_FORMATS",
+    "FormatError",
+    "HermesFormat",
+    "MalformedReason",
+    "ParsedCall",
+    "TagsFormat",
+    "ToolCallFormat",
+    "ToolMessage",
+    "TurnParse",
+    "build_format",
+]
+
+
+def build_format(
+    rollout_config: RolloutConfig,
+    tokenizer: Any,
+    specs: list[ToolSpec],
+    tags: Mapping[str, str] | None = None,
+) -> ToolCallFormat:
+    """The configured format for this tokenizer and these tools, checked once (``FormatError``).
+
+    ``tags`` maps a tool name to its tag in the ``tags`` format (default: the name).
+    """
+    cfg = rollout_config
+    if cfg.tool_format == "tags":
+        if cfg.chat_template != "model":
+            raise FormatError(
+                f"actor.rollout.chat_template={cfg.chat_template} renders tool calls for "
+                "actor.rollout.tool_format=hermes; with tool_format=tags leave it 'model'"
+            )
+        return TagsFormat(
+            tokenizer,
+            specs,
+            tags=tags,
+            enable_thinking=cfg.enable_thinking,
+            max_obs_length=cfg.max_obs_length,
+        )
+    if cfg.tool_format == "hermes":
+        return HermesFormat(
+            tokenizer,
+            specs,
+            template=HERMES_TEMPLATE if cfg.chat_template == "hermes" else None,
+            keep_thinking=cfg.keep_thinking,
+            enable_thinking=cfg.enable_thinking,
+            max_obs_length=cfg.max_obs_length,
+        )
+    raise FormatError(
+        f"actor.rollout.tool_format must be one of {list(TOOL_FORMATS)}, got {cfg.tool_format!r}"
+    )

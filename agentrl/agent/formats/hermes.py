@@ -1,0 +1,248 @@
+"""The ``hermes`` format: JSON calls in ``<tool_call>`` tags, results as the chat template's tool messages.
+
+The policy writes ``<tool_call>{"name": …, "arguments": {…}}</tool_call>``, one or more per
+turn, and ends the turn with the template's end-of-turn token (the eos, e.g. ``<|im_end|>``,
+which the engine stops at and which is a sampled, trained token). The tools' schemas reach
+the prompt through the template (``apply_chat_template(..., tools=...)``).
+
+The answer rule (shared with ``tags``, the reward and the evaluator): a turn that makes no
+tool call answers with the body of its ``<answer>…</answer>`` (``actions.parse_action``:
+the first ``</answer>`` and the nearest ``<answer>`` before it, stripped, not empty).
+
+Token-exactness: the observation is exactly the text the template adds after an assistant
+turn for the tool messages and the next assistant header. It is found by rendering a
+conversation whose assistant turn has placeholder content, with the tool messages and the
+generation prompt, and taking what follows the placeholder turn's end-of-turn token; that
+text starts at a special token, so tokenizing it alone gives the ids the whole render has.
+A turn cut before its end-of-turn token gets that token at the observation's start.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+from agentrl.agent.actions import parse_action
+from agentrl.agent.formats.base import FormatError, MalformedReason, ParsedCall, ToolMessage, TurnParse
+from agentrl.agent.formats.templates import (
+    PLACEHOLDER,
+    PROBE_RESULT,
+    PROBE_TOOL,
+    PROBE_USER,
+    ChatRenderer,
+    assistant_message,
+    check_keeps_earlier_turns,
+    check_renders_tools,
+    end_of_turn,
+    tool_messages,
+)
+from agentrl.agent.observations import FINAL_TURN_NOTE, Observation, encode_text
+from agentrl.agent.tools.spec import ToolSpec
+
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+_CALL = re.compile(re.escape(CALL_OPEN) + "(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
+CALL_SHAPE = '<tool_call>{"name": <tool name>, "arguments": {<argument>: <value>, ...}}</tool_call>'
+
+INVALID_TURN_HINT = (
+    "My previous turn neither called a tool nor answered. To call a tool I must write "
+    f"{CALL_SHAPE}; to finish I must put the final answer between <answer> and </answer>."
+)
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def _malformed(reason: MalformedReason, detail: str, name: str | None = None) -> ParsedCall:
+    return ParsedCall(name, None, reason, detail)
+
+
+class HermesFormat:
+    """Hermes-style tool calls through a chat template (see the module docstring)."""
+
+    name = "hermes"
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        specs: list[ToolSpec],
+        *,
+        template: str | None = None,
+        keep_thinking: bool = False,
+        enable_thinking: bool | None = None,
+        max_obs_length: int | None = None,
+    ) -> None:
+        """Checks the template once: it renders tools, ends a turn at eos, keeps earlier turns.
+
+        ``template``: a chat template to use instead of the tokenizer's own (``HERMES_TEMPLATE``
+        when ``chat_template=hermes``). ``keep_thinking`` accepts a template that rewrites
+        earlier turns. ``max_obs_length``, when given, is checked to leave room for content.
+        """
+        self.tokenizer = tokenizer
+        self.specs = tuple(specs)
+        self.tool_names = tuple(s.name for s in self.specs)
+        self.chat = ChatRenderer(tokenizer, template, enable_thinking)
+        check_renders_tools(self.chat)
+        self.end_of_turn = end_of_turn(self.chat)
+        if not keep_thinking:
+            check_keeps_earlier_turns(self.chat, self.end_of_turn)
+        probe = self._delta([PROBE_TOOL], [PROBE_RESULT])
+        if PROBE_RESULT not in probe:
+            raise FormatError(
+                "the chat template does not render tool messages after an assistant turn; "
+                "set actor.rollout.chat_template=hermes to use the Hermes-style template"
+            )
+        if max_obs_length is not None:
+            fixed = len(self._ids([""], [""], "\n" + FINAL_TURN_NOTE, turn_closed=False))
+            if max_obs_length <= fixed:
+                raise FormatError(
+                    f"actor.rollout.max_obs_length ({max_obs_length}) must exceed the {fixed} tokens the "
+                    "template adds around one tool message (with the final-turn note)"
+                )
+
+    # --- the prompt -------------------------------------------------------------------
+
+    def prompt_ids(self, messages: list[dict[str, Any]], specs: list[ToolSpec]) -> list[int]:
+        """The template's render with the tools' schemas and the generation prompt, as ids."""
+        tools = [s.to_openai() for s in specs]
+        text = self.chat.render(list(messages), tools=tools, add_generation_prompt=True)
+        return encode_text(self.tokenizer, text)
+
+    def turn_stops(self, final_turn: bool) -> tuple[str, ...]:
+        return ()  # a turn ends at the end-of-turn token, which the engine stops at as eos
+
+    # --- the parser -------------------------------------------------------------------
+
+    def parse(self, turn_text: str, finish_reason: str, final_turn: bool) -> TurnParse:
+        """The turn's calls in order; with none (or on the final turn), its answer or why not."""
+        if final_turn:
+            return self._answer(turn_text, finish_reason)
+        calls = [self._call(m.group(1)) for m in _CALL.finditer(turn_text)]
+        last_close = turn_text.rfind(CALL_CLOSE)
+        rest = turn_text[last_close + len(CALL_CLOSE) :] if last_close >= 0 else turn_text
+        if CALL_OPEN in rest:
+            if finish_reason == "length":
+                calls.append(
+                    _malformed("truncated", f"the call was cut by the token budget before {CALL_CLOSE}")
+                )
+            else:
+                calls.append(_malformed("unclosed", f"{CALL_OPEN} was never closed with {CALL_CLOSE}"))
+        if calls:
+            return TurnParse(calls=tuple(calls))
+        return self._answer(turn_text, finish_reason)
+
+    def _answer(self, text: str, finish_reason: str) -> TurnParse:
+        action = parse_action(text, ())
+        if action.kind == "answer":
+            return TurnParse(answer=action.content)
+        if action.tag is not None:  # answer tags that hold no answer: empty, or a close without an open
+            empty = (action.reason or "").startswith("empty")
+            return TurnParse(invalid="empty" if empty else "no_action", detail=action.reason or "")
+        if finish_reason == "length":
+            return TurnParse(invalid="truncated", detail="the turn was cut by the token budget")
+        return TurnParse(invalid="no_action", detail="the turn neither calls a tool nor answers")
+
+    def _call(self, body: str) -> ParsedCall:
+        body = body.strip()
+        if not body:
+            return _malformed("empty", f"empty {CALL_OPEN}: write {CALL_SHAPE}")
+        try:
+            obj = json.loads(body)
+        except json.JSONDecodeError as exc:
+            return _malformed(
+                "invalid_json", f"the call is not valid JSON ({exc.msg} at character {exc.pos})"
+            )
+        if not isinstance(obj, dict):
+            return _malformed("not_an_object", f"the call must be one JSON object, got a {_json_kind(obj)}")
+        name = obj.get("name")
+        if name is None:
+            return _malformed("missing_name", 'the call has no "name"')
+        if not isinstance(name, str):
+            return _malformed(
+                "missing_name", f'the call\'s "name" must be a string, got a {_json_kind(name)}'
+            )
+        if name not in self.tool_names:
+            close = difflib.get_close_matches(name, self.tool_names, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            return _malformed(
+                "unknown_tool",
+                f"unknown tool {name!r}{hint}; the tools are {', '.join(self.tool_names)}",
+                name,
+            )
+        arguments = obj.get("arguments", {})  # absent: none given (the schema says if some are required)
+        if not isinstance(arguments, dict):
+            return _malformed(
+                "bad_arguments",
+                f'"arguments" of {name!r} must be a JSON object, got a {_json_kind(arguments)}',
+                name,
+            )
+        return ParsedCall(name, arguments)
+
+    def invalid_turn_message(self, parse: TurnParse) -> ToolMessage:
+        return ToolMessage("", INVALID_TURN_HINT)
+
+    def call_error_message(self, call: ParsedCall) -> ToolMessage:
+        return ToolMessage(call.name or "", f"Error: {call.detail or call.error}")
+
+    # --- the renderer -----------------------------------------------------------------
+
+    def _delta(self, names: list[str], contents: list[str]) -> str:
+        """The text the template adds after an assistant turn's end for these tool messages."""
+        head = [{"role": "user", "content": PROBE_USER}, assistant_message(PLACEHOLDER, names)]
+        tools = [s.to_openai() for s in self.specs]
+        text = self.chat.try_render(
+            [*head, *tool_messages(names, contents)], "tool messages", tools=tools, add_generation_prompt=True
+        )
+        start = text.index(PLACEHOLDER)
+        return text[text.index(self.end_of_turn, start) + len(self.end_of_turn) :]
+
+    def _ids(self, names: list[str], contents: list[str], note: str, turn_closed: bool) -> list[int]:
+        contents = [*contents[:-1], contents[-1] + note] if contents else contents
+        text = self._delta(names, contents)
+        return encode_text(self.tokenizer, text if turn_closed else self.end_of_turn + text)
+
+    def observation(
+        self, results: list[ToolMessage], *, turn_closed: bool, final_turn: bool, max_obs_length: int
+    ) -> Observation:
+        """The tool messages and the next assistant header as the template renders them.
+
+        Over ``max_obs_length`` tokens, each message's content is cut (fair shares of the
+        room the template's own tokens leave, the final-turn note kept whole) and the
+        messages are rendered again; ``tokens_cut`` counts the content tokens dropped.
+        """
+        if not results:
+            raise ValueError("an observation needs at least one tool message")
+        names = [m.name for m in results]
+        contents = [m.content for m in results]
+        note = "\n" + FINAL_TURN_NOTE if final_turn else ""
+        ids = self._ids(names, contents, note, turn_closed)
+        if len(ids) <= max_obs_length:
+            return Observation(ids, 0)
+        tokens = [encode_text(self.tokenizer, c) for c in contents]
+        fixed = len(self._ids(names, [""] * len(contents), note, turn_closed))
+        keep = fair_shares([len(t) for t in tokens], max(0, max_obs_length - fixed))
+        for _ in range(16):  # re-tokenizing a cut text can merge differently; shrink until it fits
+            cut = [
+                self.tokenizer.decode(t[:k], skip_special_tokens=False)
+                for t, k in zip(tokens, keep, strict=True)
+            ]
+            ids = self._ids(names, cut, note, turn_closed)
+            over = len(ids) - max_obs_length
+            if over <= 0 or sum(keep) == 0:
+                break
+            keep = fair_shares(keep, max(0, sum(keep) - over))
+        return Observation(ids, sum(len(t) - k for t, k in zip(tokens, keep, strict=True)))
+
+
+def fair_shares(lengths: list[int], budget: int) -> list[int]:
+    """How many tokens each message keeps: an equal share of ``budget``, unused shares passed on."""
+    keep = [0] * len(lengths)
+    remaining = budget
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    for position, i in enumerate(order):
+        keep[i] = min(lengths[i], remaining // (len(lengths) - position))
+        remaining -= keep[i]
+    return keep
