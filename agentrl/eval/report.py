@@ -14,6 +14,10 @@ tag; ``answer_rate`` always counts accepted tags only.
 EM and F1 come with 95% percentile-bootstrap intervals over the questions (``em_lo``,
 ``em_hi``, ``f1_lo``, ``f1_hi``; ``agentrl.eval.stats.bootstrap_ci``), shown in the
 markdown table as ``0.312 [0.271, 0.353]``.
+
+Each tool's calls per question are ``tool_calls/<tag>`` (from the records' ``tool_calls``),
+beside ``searches`` (the ``search`` tool's, as it always was); they are in the metrics and
+the trainer's ``val/*``, not in the markdown table, whose columns stay fixed.
 """
 
 from __future__ import annotations
@@ -50,14 +54,24 @@ METRICS: dict[str, tuple[str, str, int]] = {
 # summary metrics that get a bootstrap interval ``<name>_lo`` / ``<name>_hi`` at CI_LEVEL
 CI_METRICS = ("em", "f1")
 CI_LEVEL = 0.95
+TOOL_CALLS = "tool_calls/"  # + a tool's tag: its calls per question
+
+
+def _tool_calls(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    return record.get("tool_calls") or {}
 
 
 def aggregate(
-    records: Iterable[Mapping[str, Any]], key: str = "dataset", ci: bool = True
+    records: Iterable[Mapping[str, Any]], key: str = "dataset", ci: bool = True, tools: Iterable[str] = ()
 ) -> dict[str, dict[str, float]]:
     """Mean of every metric per value of ``key`` (``dataset``, ``data_source``, ...), with ``n``;
     with ``ci``, the :data:`CI_LEVEL` bootstrap interval of each of :data:`CI_METRICS` too
-    (seeded: the same records give the same interval)."""
+    (seeded: the same records give the same interval).
+
+    ``tool_calls/<tag>`` is reported in every group for each tag of ``tools`` (the run's tools,
+    so an unused one shows 0) and each tag any of ``records`` called (0 in a group that did not)."""
+    records = list(records)
+    tags = sorted({*tools, *(tag for r in records for tag in _tool_calls(r))})
     by_dataset: dict[str, list[Mapping[str, Any]]] = {}
     for r in records:
         by_dataset.setdefault(str(r[key]), []).append(r)
@@ -70,18 +84,23 @@ def aggregate(
                 summary[key] = sum(values) / len(values)
                 if ci and key in CI_METRICS:
                     _, summary[f"{key}_lo"], summary[f"{key}_hi"] = bootstrap_ci(values, level=CI_LEVEL)
+        for tag in tags:
+            summary[TOOL_CALLS + tag] = sum(float(_tool_calls(r).get(tag, 0)) for r in rows) / len(rows)
         out[name] = summary
     return out
 
 
 def flat_metrics(
-    records: Sequence[Mapping[str, Any]], prefix: str, key: str = "data_source"
+    records: Sequence[Mapping[str, Any]], prefix: str, key: str = "data_source", tools: Iterable[str] = ()
 ) -> dict[str, float]:
     """``{prefix}/all/<metric>`` over every record and ``{prefix}/<group>/<metric>`` per ``key``
     value: the logger's view of an evaluation (the trainer's ``val/*``; means only, no
-    bootstrap intervals, so validation costs what it did)."""
-    groups = {"all": aggregate([{**r, "_all": "all"} for r in records], key="_all", ci=False)["all"]}
-    groups |= aggregate(records, key=key, ci=False)
+    bootstrap intervals, so validation costs what it did). ``tools``: as in :func:`aggregate`."""
+    tools = tuple(tools)
+    groups = {
+        "all": aggregate([{**r, "_all": "all"} for r in records], key="_all", ci=False, tools=tools)["all"]
+    }
+    groups |= aggregate(records, key=key, ci=False, tools=tools)
     return {
         f"{prefix}/{group}/{name}": value
         for group, summary in groups.items()

@@ -3,15 +3,18 @@
 Rows follow the Search-R1 parquet layout (``data_source``, ``prompt`` as chat messages,
 ``reward_model.ground_truth``, ``extra_info``), from parquet or jsonl files. Prompts are
 tokenized once, through the tokenizer's chat template when it has one; prompts longer
-than ``max_prompt_length`` are dropped and counted, never truncated (a cut question is
-a different question).
+than ``max_prompt_length`` are left out, never truncated (a cut question is a different
+question), and reported: how many, and the first ids, on the console when the datasets are
+built and as ``data/filtered_overlong_prompts`` at every step. (A longer instruction, e.g.
+one that describes more tools, makes every prompt longer.)
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +54,14 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+SHOWN_IDS = 5  # overlong prompts named in the warning
+
+
 @dataclass
 class PromptDataset:
     prompts: list[PromptSpec]
-    filtered_overlong: int
+    filtered_overlong: int  # prompts left out as longer than max_prompt_length
+    overlong_ids: list[str] = field(default_factory=list)  # their row ids, in file order
 
 
 def prompt_spec(row: dict[str, Any], tokenizer: Any, source_file: str = "", index: int = 0) -> PromptSpec:
@@ -73,24 +80,38 @@ def prompt_spec(row: dict[str, Any], tokenizer: Any, source_file: str = "", inde
 def build_prompt_dataset(
     files: list[str], tokenizer: Any, max_prompt_length: int, desc: str = "prompts"
 ) -> PromptDataset:
-    prompts, overlong = [], 0
+    prompts, overlong = [], []
     rows = [(path, row) for path in files for row in read_rows(path)]
     for path, row in tqdm(rows, desc=f"tokenizing {desc}", disable=len(rows) < 2000):
         spec = prompt_spec(row, tokenizer, str(Path(path).name), len(prompts))
         if len(spec.prompt_ids) > max_prompt_length:
-            overlong += 1
+            overlong.append(str(row.get("id", spec.index)))
             continue
         prompts.append(spec)
     if not prompts:
         raise ValueError(
-            f"no usable prompts in {files} ({overlong} longer than max_prompt_length={max_prompt_length})"
+            f"no usable prompts in {files} ({len(overlong)} longer than "
+            f"max_prompt_length={max_prompt_length}; ids: {', '.join(overlong[:SHOWN_IDS])})"
         )
-    return PromptDataset(prompts, overlong)
+    return PromptDataset(prompts, len(overlong), overlong)
+
+
+def overlong_warning(name: str, dataset: PromptDataset, max_prompt_length: int) -> str:
+    """The console's words for the prompts ``dataset`` left out."""
+    total = len(dataset.prompts) + dataset.filtered_overlong
+    shown = ", ".join(dataset.overlong_ids[:SHOWN_IDS])
+    more = ", ..." if dataset.filtered_overlong > SHOWN_IDS else ""
+    return (
+        f"warning: {name}: {dataset.filtered_overlong} of {total} prompts are longer than "
+        f"data.max_prompt_length={max_prompt_length} tokens and are left out (ids: {shown}{more}); "
+        "raise data.max_prompt_length or shorten them"
+    )
 
 
 def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
     """The training prompts and the validation prompts (None without ``data.val_files``); how
-    many of each were left out as longer than ``data.max_prompt_length`` is printed."""
+    many of each were left out as longer than ``data.max_prompt_length``, and which, is printed
+    to stderr (``overlong_warning``)."""
     train = build_prompt_dataset(data.train_files, tokenizer, data.max_prompt_length, "train")
     val = (
         build_prompt_dataset(data.val_files, tokenizer, data.max_prompt_length, "validation")
@@ -99,10 +120,7 @@ def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, Pro
     )
     for name, dataset in (("train", train), ("validation", val)):
         if dataset is not None and dataset.filtered_overlong:
-            tqdm.write(
-                f"{name}: {dataset.filtered_overlong} prompts longer than data.max_prompt_length="
-                f"{data.max_prompt_length} were left out ({len(dataset.prompts)} kept)"
-            )
+            tqdm.write(overlong_warning(name, dataset, data.max_prompt_length), file=sys.stderr)
     return train, val
 
 

@@ -1,7 +1,8 @@
 """Train a search agent: ``python -m agentrl.trainer.main [--preset ppo|grpo|FILE.yaml ...] key=value ...``
 
 The config is loaded and checked in full (unknown keys, wrong types, missing files) before
-Ray starts or a model loads; a bad key costs a second, not a cluster start-up.
+Ray starts or a model loads, and so are its tools (``tool_check``: class path, options,
+tags); a bad key costs a second, not a cluster start-up.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 
 from agentrl.config.loader import ConfigError, available_presets, load_config, to_yaml
+from agentrl.trainer.tool_check import ToolConfigError, check_tools
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(to_yaml(config))
         return 0
+    try:
+        check_tools(config.actor.rollout.tools)
+    except ToolConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
     from agentrl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
 

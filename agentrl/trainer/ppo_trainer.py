@@ -36,6 +36,7 @@ from agentrl.trainer.dataset import StatefulLoader, build_datasets
 from agentrl.trainer.placement import Roles, start_roles
 from agentrl.trainer.rollout_ahead import RolloutAhead
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
+from agentrl.trainer.tool_check import check_tools
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.base import RunContext
 from agentrl.workers.group import mini_batch_shards
@@ -49,7 +50,7 @@ class PPOTrainer:
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         algo, actor = config.algorithm, config.actor
-        self.context = RunContext.from_config(config)
+        self.context = RunContext.from_config(config, tool_tags=check_tools(config.actor.rollout.tools))
         self.estimator = get_advantage_estimator(algo.adv_estimator)
         self.use_critic = self.estimator.needs_critic
         self.use_reference = algo.use_kl_in_reward or actor.use_kl_loss
@@ -280,7 +281,7 @@ class PPOTrainer:
         for start in tqdm(range(0, len(prompts), size), desc="validating", leave=False):
             rollout = self.generate_sequences(prompts[start : start + size], validate=True)
             records += records_of(rollout.trajectories, self.tokenizer)
-        return flat_metrics(records, "val")
+        return flat_metrics(records, "val", tools=self.context.tool_tags)
 
     # --- bookkeeping -----------------------------------------------------------------
 

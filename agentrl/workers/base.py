@@ -32,6 +32,7 @@ from agentrl.core.batch import Batch
 from agentrl.models.optim import build_optimizer
 from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharded_state, shard_model
 from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
+from agentrl.rewards import DEFAULT_TOOL_TAGS
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # fsdp: FSDP2 shards (models/sharding.py)
@@ -94,9 +95,14 @@ class RunContext:
     strategy: str = "dp"  # dp | fsdp (resources.strategy)
     overlap_rollout: bool = False  # the next rollout runs during the update (trainer.one_step_off_policy)
     old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
+    # the tags of actor.rollout.tools, as the driver built them (trainer.tool_check): the reward's grammar
+    tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS
 
     @classmethod
-    def from_config(cls, config: ExperimentConfig) -> RunContext:
+    def from_config(
+        cls, config: ExperimentConfig, *, tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS
+    ) -> RunContext:
+        """``tool_tags``: the tags of ``config.actor.rollout.tools``, from the driver's check of them."""
         return cls(
             seed=config.seed,
             device=config.trainer.device,
@@ -106,6 +112,7 @@ class RunContext:
             strategy=config.resources.strategy,
             overlap_rollout=config.trainer.one_step_off_policy,
             old_log_prob_source="update_forward" if config.actor.skip_old_log_prob else "recomputed",
+            tool_tags=tuple(tool_tags),
         )
 
 

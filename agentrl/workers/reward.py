@@ -1,8 +1,9 @@
 """The reward role: a score per trajectory, placed on its last model token by the trainer.
 
 The default is rule-based (``agentrl.rewards``: exact match on the final ``<answer>``,
-optionally format-aware); ``reward.reward_model_path`` adds a learned scalar reward model
-whose output replaces the rule score.
+optionally format-aware, the tag grammar knowing the run's ``RunContext.tool_tags``);
+``reward.reward_model_path`` adds a learned scalar reward model whose output replaces the
+rule score.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class RuleRewardWorker(RoleWorker):
             list(batch["extra_info"]),
             config=self.reward,
             answers=list(batch["answer"]),
+            tool_tags=self.context.tool_tags,
         )
         metrics = {
             f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values

@@ -66,3 +66,25 @@ def test_validation_metrics_stay_means_without_intervals():
     flat = flat_metrics(RECORDS, "val")
     assert flat["val/all/em"] == pytest.approx(0.6) and flat["val/all/extracted"] == pytest.approx(0.4)
     assert not any(k.endswith(("_lo", "_hi")) for k in flat)
+
+
+def test_each_tools_calls_are_counted_per_group_beside_searches():
+    records = [
+        {**RECORDS[0], "num_searches": 2, "tool_calls": {"search": 2, "lookup": 1}},
+        {**RECORDS[1], "num_searches": 0, "tool_calls": {}},
+        {**RECORDS[4], "num_searches": 1, "tool_calls": {"search": 1}},
+    ]
+    m = aggregate(records, tools=("search", "lookup", "calculate"))
+    assert m["nq"]["searches"] == 1.0 and m["nq"]["tool_calls/search"] == 1.0
+    assert m["nq"]["tool_calls/lookup"] == 0.5 and m["hotpotqa"]["tool_calls/lookup"] == 0.0
+    assert m["nq"]["tool_calls/calculate"] == 0.0  # a tool of the run that nobody called
+    flat = flat_metrics(records, "val")  # without the run's tools: the tags some record called
+    assert flat["val/all/tool_calls/search"] == 1.0 and flat["val/all/tool_calls/lookup"] == pytest.approx(
+        1 / 3
+    )
+    assert flat["val/hotpotqa/tool_calls/lookup"] == 0.0 and "val/all/tool_calls/calculate" not in flat
+    assert flat["val/all/searches"] == 1.0
+
+
+def test_records_without_tool_calls_add_no_tool_metrics():
+    assert not any(k.startswith("tool_calls/") for k in aggregate(RECORDS)["nq"])
