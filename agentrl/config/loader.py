@@ -23,7 +23,7 @@ from omegaconf import ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from agentrl.config.checks import ConfigError, check_choice, validate_config
-from agentrl.config.schema import ExperimentConfig
+from agentrl.config.schema import ExperimentConfig, RolloutConfig
 
 PRESET_DIR = Path(__file__).parent
 
@@ -191,6 +191,24 @@ def load_config(
         raise ConfigError(_explain(error, "config")) from None
     validate_config(typed)
     return typed
+
+
+def load_rollout(path: str | Path) -> RolloutConfig:
+    """The ``actor.rollout`` section of a config file (a run's ``config.yaml`` or a preset YAML),
+    typed, without the checks of a whole run: its data files and model need not exist here, so
+    data preparation and evaluation can read the tools a run trains with."""
+    try:
+        section = OmegaConf.select(OmegaConf.load(path), "actor.rollout")
+        if section is None:
+            raise ConfigError(f"{path}: no actor.rollout section")
+        # merged at its place in the whole tree, so an error names the full key
+        cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), {"actor": {"rollout": section}})
+        rollout: RolloutConfig = OmegaConf.to_object(cfg.actor.rollout)
+        return rollout
+    except OSError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(_explain(error, str(path))) from None
 
 
 def to_yaml(cfg: ExperimentConfig) -> str:

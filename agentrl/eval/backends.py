@@ -1,8 +1,11 @@
-"""What an evaluation runs against: the model's engine (from a path, a module or an engine) and the retriever.
+"""What an evaluation runs against: the model's engine (from a path, a module or an engine), the
+agent's tools and the retriever.
 
 ``open_engine`` turns what ``evaluate`` was given into an engine it can generate with;
-``retriever_info`` checks that the retriever is up and reads what it says about itself;
-``retrieve`` fetches the top-k documents of a chunk of questions (the rag mode's prompts).
+``agent_tools`` builds the trained config's tools, its search tools pointed at the
+evaluation's retriever; ``retriever_info`` checks that the retriever is up and reads what it
+says about itself (``mode_retriever``: when the mode asks it); ``retrieve`` fetches the top-k
+documents of a chunk of questions (the rag mode's prompts).
 """
 
 from __future__ import annotations
@@ -12,11 +15,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.agent.tools.registry import build_tool
+from agentrl.agent.tools.search import SearchTool
 from agentrl.agent.tools.search_client import RetrieverClient, RetrieverError
+from agentrl.agent.tools.typed import as_typed
+from agentrl.config.schema import ToolConfig
 from agentrl.engines import ENGINE_KINDS, build_engine
 from agentrl.eval.datasets import EvalQuestion
+from agentrl.importing import import_object
 
-__all__ = ["open_engine", "resolve_model_dir", "retrieve", "retriever_info"]
+__all__ = [
+    "agent_tools",
+    "is_search_tool",
+    "mode_retriever",
+    "open_engine",
+    "resolve_model_dir",
+    "retrieve",
+    "retriever_info",
+    "tool_tags",
+]
 
 
 def resolve_model_dir(path: str | Path) -> Path:
@@ -83,6 +100,18 @@ def retriever_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     return {k: body.get(k) for k in ("backend", "corpus_size", "index")}
 
 
+def mode_retriever(
+    mode: str, tools: Sequence[ToolConfig], retriever_url: str | None, corpus: str | None
+) -> dict[str, Any] | None:
+    """``retriever_info`` and the ``corpus`` label when ``mode`` asks the retriever (rag, and agent
+    with a search tool among ``tools``); None otherwise."""
+    if mode == "direct" or (mode == "agent" and not any(map(is_search_tool, tools))):
+        return None
+    if not retriever_url:
+        raise ValueError(f"mode {mode!r} needs retriever_url (the retriever's /retrieve endpoint)")
+    return retriever_info(retriever_url) | {"corpus": corpus}
+
+
 def retrieve(client: RetrieverClient, questions: Sequence[EvalQuestion], topk: int) -> list[list[dict]]:
     """The top-``topk`` documents of each question, in order (one request for the chunk)."""
 
@@ -93,3 +122,32 @@ def retrieve(client: RetrieverClient, questions: Sequence[EvalQuestion], topk: i
             await client.close()
 
     return asyncio.run(once())
+
+
+def is_search_tool(config: ToolConfig) -> bool:
+    """Whether ``config`` names ``SearchTool`` or a subclass: a tool that asks the retriever."""
+    cls = import_object(config.class_path, "tool class_path")
+    return isinstance(cls, type) and issubclass(cls, SearchTool)
+
+
+def agent_tools(
+    tools: Sequence[ToolConfig], retriever_url: str | None, topk: int, timeout_s: float
+) -> list[Any]:
+    """The agent mode's tools: ``tools`` (a trained config's ``actor.rollout.tools``) built by the
+    registry, in order, as the rollout builds them, except that every search tool asks the
+    evaluation's retriever (``url``) with its ``topk`` and ``timeout_s``; their other options
+    stay as configured."""
+    built = []
+    for config in tools:
+        options = dict(config.options or {})
+        if is_search_tool(config):
+            if not retriever_url:
+                raise ValueError(f"tool {config.class_path!r} needs a retriever_url to ask")
+            options |= {"url": retriever_url, "topk": topk, "timeout_s": timeout_s}
+        built.append(build_tool(ToolConfig(config.class_path, options)))
+    return built
+
+
+def tool_tags(tools: Sequence[Any]) -> list[str]:
+    """The tags of built tools, in order (the keys of ``tool_calls``, ``tool_calls/<tag>``)."""
+    return [as_typed(tool).tag for tool in tools]

@@ -12,6 +12,10 @@ continues an interrupted evaluation.
 ``--answer-rule tag-or-first-line`` is the fair baseline protocol: a model that answers in
 prose instead of an ``<answer>`` tag is scored on a short answer read from its last turn
 (``agentrl.eval.extraction``), the same rule for every mode of the call.
+
+``--config RUN/config.yaml`` evaluates the agent with the tools a run trained with (its
+``actor.rollout.tools`` and how they are called, :data:`TOOL_FIELDS`); without it the agent
+has the default search tool. Search tools ask ``--retriever-url`` with ``--topk``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from agentrl.config.loader import ConfigError, load_rollout
 from agentrl.eval.datasets import DatasetSpec, parse_dataset_arg
 from agentrl.eval.extraction import ANSWER_RULES
 from agentrl.eval.harness import EvalSettings, evaluate
@@ -32,6 +38,16 @@ from agentrl.eval.report import markdown_table
 # the Search-R1 evaluation's budgets it has always had, so a rerun of an older command measures
 # the same thing (long prompts, for rag's documents; 512-token observations; lockstep turns).
 CLI_DEFAULTS = {"max_prompt_length": 2048, "max_obs_length": 512, "schedule": "lockstep", "batch_size": 32}
+# What --config takes from a training config's rollout: the tools and how the policy calls them.
+TOOL_FIELDS = (
+    "tools",
+    "tool_format",
+    "chat_template",
+    "keep_thinking",
+    "enable_thinking",
+    "max_calls_per_turn",
+    "max_calls_per_trajectory",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retriever-url", default=None, help="the retriever's /retrieve endpoint (rag, agent)")
     p.add_argument("--corpus", default=None, help="label of the retriever's corpus, recorded in the results")
     p.add_argument("--out", required=True, help="output directory (resumed if it holds the same evaluation)")
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="YAML",
+        help="a training config (a run's config.yaml): the agent gets its tools and tool-call format "
+        "(default: the search tool)",
+    )
     p.add_argument("--limit", type=int, default=None, help="seeded sample of this many questions per dataset")
     p.add_argument("--seed", type=int, default=0, help="seed of the --limit sample (and of sampling)")
     p.add_argument("--topk", type=int, default=d.topk)
@@ -109,8 +132,20 @@ def _specs(args: argparse.Namespace) -> list[DatasetSpec]:
     return [DatasetSpec(n, p, tuple(require.get(n, ())), args.limit, args.seed) for n, p in names.items()]
 
 
+def tool_settings(path: str | Path) -> dict[str, Any]:
+    """The :data:`TOOL_FIELDS` of the rollout section of the training config at ``path``
+    (``load_rollout``: the run's data files and model need not exist here)."""
+    try:
+        rollout = load_rollout(path)
+    except ConfigError as exc:
+        raise SystemExit(f"--config: {exc}") from None
+    return {name: getattr(rollout, name) for name in TOOL_FIELDS}
+
+
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    """The evaluation settings the flags name, each flag overriding its field of ``EvalSettings()``."""
+    """The evaluation settings the flags name, each flag overriding its field of ``EvalSettings()``;
+    with ``--config``, the tools of that training config (:func:`tool_settings`)."""
+    tools = tool_settings(args.config) if args.config else {}
     return EvalSettings().with_overrides(
         topk=args.topk,
         max_turns=args.max_turns,
@@ -126,6 +161,7 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
         schedule=args.schedule,
         batch_size=args.batch_size,
         answer_rule=args.answer_rule,
+        **tools,
     )
 
 

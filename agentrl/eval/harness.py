@@ -7,13 +7,17 @@ Every mode generates through ``LLMGenerationManager`` with the same engine and t
 decoding, so the modes differ only in what the question's prompt holds and in which tools
 exist:
 
-=========  ========================================  ======  =========
-mode       prompt                                    tools   max_turns
-=========  ========================================  ======  =========
-direct     question, answer format                   none    0
-rag        top-k docs for the question + question    none    0
-agent      the training prompt (Search-R1 format)    search  ``max_turns``
-=========  ========================================  ======  =========
+=========  ========================================  ===============  =========
+mode       prompt                                    tools            max_turns
+=========  ========================================  ===============  =========
+direct     question, answer format                   none             0
+rag        top-k docs for the question + question    none             0
+agent      the training prompt (Search-R1 format)    the config's     ``max_turns``
+=========  ========================================  ===============  =========
+
+The agent's tools are ``settings.rollout.tools`` (a trained config's, one ``SearchTool`` by
+default), built as the rollout builds them; every search tool among them asks the
+evaluation's retriever with ``settings.topk`` (``backends.agent_tools``).
 
 With ``max_turns=0`` the manager runs exactly one turn that stops at ``</answer>``, so the
 one-shot modes get the same stop handling, budgets and token accounting as the agent.
@@ -44,11 +48,18 @@ from tqdm import tqdm
 
 from agentrl.agent.generation import LLMGenerationManager
 from agentrl.agent.sampling import rollout_sampling
-from agentrl.agent.tools.search import SearchTool
 from agentrl.agent.tools.search_client import RetrieverClient
 from agentrl.config.schema import DataConfig, ExperimentConfig, RolloutConfig
 from agentrl.engines import SamplingParams
-from agentrl.eval.backends import open_engine, resolve_model_dir, retrieve, retriever_info
+from agentrl.eval.backends import (
+    agent_tools,
+    is_search_tool,
+    mode_retriever,
+    open_engine,
+    resolve_model_dir,
+    retrieve,
+    tool_tags,
+)
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.extraction import check_answer_rule
 from agentrl.eval.prompts import MODES, build_prompt
@@ -66,13 +77,11 @@ RUNTIME_SETTINGS = ("batch_size", "retriever_url", "engine")
 LEGACY_SETTINGS = {"answer_rule": "tag"}
 
 
-SEARCH_TOOL_PATH = f"{SearchTool.__module__}.{SearchTool.__qualname__}"  # as a config's tools name it
-
-
 def search_tool_options(rollout: RolloutConfig) -> dict[str, Any] | None:
-    """The options (``url``, ``topk``, ...) of the search tool in ``rollout.tools``; None without one."""
+    """The options (``url``, ``topk``, ...) of the first search tool in ``rollout.tools`` (``SearchTool``
+    or a subclass: ``backends.is_search_tool``); None without one."""
     for tool in rollout.tools:
-        if tool.class_path == SEARCH_TOOL_PATH:
+        if is_search_tool(tool):
             return dict(tool.options)
     return None
 
@@ -212,7 +221,7 @@ def evaluate(
         tokenizer: required unless ``model`` is a path (then loaded from it).
         datasets: ``DatasetSpec``s, or paths (named after their directory).
         mode: ``direct`` | ``rag`` | ``agent``.
-        retriever_url: the retriever's ``/retrieve`` URL (rag and agent).
+        retriever_url: the retriever's ``/retrieve`` URL (rag, and agent with a search tool).
         out_dir: where ``predictions.jsonl`` / ``metrics.json`` / ``metrics.md`` go; an
             existing ``predictions.jsonl`` with the same settings is resumed.
         engine, engine_kwargs: which engine to build for a path (``hf`` | ``vllm``) and its
@@ -222,12 +231,9 @@ def evaluate(
     """
     settings = settings or EvalSettings()
     specs = _dataset_specs(mode, datasets)
-    retriever = None
-    if mode != "direct":
-        if not retriever_url:
-            raise ValueError(f"mode {mode!r} needs retriever_url (the retriever's /retrieve endpoint)")
-        retriever = retriever_info(retriever_url) | {"corpus": corpus}
-    data = load_all(specs)  # before the model: a bad data file fails in seconds
+    retriever = mode_retriever(mode, settings.rollout.tools, retriever_url, corpus)
+    data = load_all(specs)  # before the model: a bad data file or tool fails in seconds
+    tools = _tools(mode, settings, retriever_url)
 
     eng, tokenizer, default_name, owned = open_engine(model, tokenizer, engine, dict(engine_kwargs or {}))
     header = _header(
@@ -245,7 +251,7 @@ def evaluate(
     resumed, done = len(records), store.done if store else set()
     pending = [q for qs in data.values() for q in qs if (q.dataset, q.id) not in done]
     total = sum(len(qs) for qs in data.values())
-    manager = _manager(eng, tokenizer, mode, settings, retriever_url)
+    manager = _manager(eng, tokenizer, mode, settings, tools)
     start = time.perf_counter()
     initial = total - len(pending)
     bar = tqdm(
@@ -265,7 +271,8 @@ def evaluate(
 
     order = {(q.dataset, q.id): k for k, q in enumerate(q for qs in data.values() for q in qs)}
     records.sort(key=lambda r: order.get((r["dataset"], r["id"]), len(order)))
-    results = EvalResults(header, aggregate(records), records, out, time.perf_counter() - start, resumed)
+    summary = aggregate(records, tools=tool_tags(tools))
+    results = EvalResults(header, summary, records, out, time.perf_counter() - start, resumed)
     if out:
         results.write(out)
     return results
@@ -324,16 +331,18 @@ def _header(
     }
 
 
-def _manager(eng: Any, tokenizer: Any, mode: str, settings: EvalSettings, retriever_url: str | None):
-    """The rollout every mode goes through; only the agent gets the search tool and turns."""
-    tools = {}
-    if mode == "agent":
-        tools = {
-            "search": SearchTool(retriever_url, topk=settings.topk, timeout_s=settings.retriever_timeout_s)
-        }
+def _tools(mode: str, settings: EvalSettings, retriever_url: str | None) -> list[Any]:
+    """The agent's tools (``backends.agent_tools``); none in the one-shot modes."""
+    if mode != "agent":
+        return []
+    return agent_tools(settings.rollout.tools, retriever_url, settings.topk, settings.retriever_timeout_s)
+
+
+def _manager(eng: Any, tokenizer: Any, mode: str, settings: EvalSettings, tools: Sequence[Any]):
+    """The rollout every mode goes through; only the agent gets tools (``tools``) and turns."""
     # The settings' rollout as it is, but for three things the evaluation decides: a one-shot mode
     # has no turns to search in, a dead retriever must stop the run rather than lower its numbers,
-    # and the tools are the ones built above (the evaluation's retriever and top-k).
+    # and the tools are the ones built above (the search tools ask the evaluation's retriever).
     config = replace(
         settings.rollout,
         max_turns=settings.max_turns if mode == "agent" else 0,

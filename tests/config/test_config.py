@@ -285,3 +285,22 @@ def test_a_dotted_index_or_a_typo_in_an_element_names_the_bracketed_key(model_di
         load_config("ppo", [f"actor.model_path={model_dir}", "actor.rollout.tools.1.options.url=x"])
     with pytest.raises(ConfigError, match=r"did you mean 'actor\.rollout\.tools\[0\]\.options'\?"):
         load_config("ppo", [f"actor.model_path={model_dir}", "actor.rollout.tools[0].optons.url=x"])
+
+
+def test_the_rollout_section_of_a_run_config_is_read_without_its_files(tmp_path):
+    from agentrl.config.loader import load_rollout, to_yaml
+
+    cfg = ExperimentConfig()
+    cfg.data.train_files = ["/nowhere/train.parquet"]  # a run's files need not exist where it is read
+    cfg.actor.rollout.tool_format = "hermes"
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))
+    assert load_rollout(tmp_path / "config.yaml") == cfg.actor.rollout
+    (tmp_path / "bad.yaml").write_text("actor:\n  rollout:\n    max_trns: 3\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown config key 'actor\.rollout\.max_trns' \(did you mean 'actor\.rollout\.max_turns'",
+    ):
+        load_rollout(tmp_path / "bad.yaml")
+    (tmp_path / "none.yaml").write_text("trainer: {}\n")
+    with pytest.raises(ConfigError, match="no actor.rollout section"):
+        load_rollout(tmp_path / "none.yaml")

@@ -14,9 +14,11 @@ import agentrl.eval
 import agentrl.eval.cli
 from agentrl.config.schema import ExperimentConfig, RolloutConfig, ToolConfig
 from agentrl.eval import EvalSettings
-from agentrl.eval.harness import _manager
+from agentrl.eval.backends import tool_tags
+from agentrl.eval.harness import _manager, _tools
 
 SEARCH = "agentrl.agent.tools.search.SearchTool"
+CALCULATOR = "agentrl.agent.tools.calculator.CalculatorTool"
 URL = "http://127.0.0.1:9/retrieve"
 EFFECTIVE = (
     "topk",
@@ -107,12 +109,38 @@ def test_the_default_settings_evaluate_the_default_experiment():
 
 def test_the_rollout_runs_with_the_settings_rollout_but_raises_on_tool_errors(tokenizer):
     settings = EvalSettings.from_experiment(trained_config())
-    agent = _manager(object(), tokenizer, "agent", settings, URL)
+    agent = _manager(object(), tokenizer, "agent", settings, _tools("agent", settings, URL))
     assert agent.config == replace(settings.rollout, tool_error_policy="raise", tools=[])
     assert list(agent.tools) == ["search"] and agent.tools["search"].topk == 5
-    direct = _manager(object(), tokenizer, "direct", settings, None)
+    direct = _manager(object(), tokenizer, "direct", settings, _tools("direct", settings, None))
     assert direct.config == replace(settings.rollout, max_turns=0, tool_error_policy="raise", tools=[])
     assert not direct.tools
+
+
+def test_the_agent_is_evaluated_with_every_tool_of_the_trained_config():
+    cfg = trained_config()
+    search = ToolConfig(
+        SEARCH, {"url": "http://elsewhere:1/retrieve", "topk": 5, "max_retries": 0, "tag": "find"}
+    )
+    cfg.actor.rollout.tools = [search, ToolConfig(CALCULATOR, {"max_exponent": 3})]
+    settings = EvalSettings.from_experiment(cfg, topk=2, retriever_timeout_s=4.0)
+    tools = _tools("agent", settings, URL)
+    assert [type(t).__name__ for t in tools] == ["SearchTool", "CalculatorTool"]
+    assert tool_tags(tools) == ["find", "calculate"]
+    found, calculator = tools
+    # the evaluation's retriever, top-k and timeout; the tool's other options as trained
+    assert (found.url, found.topk, found.request_timeout_s, found.max_retries) == (URL, 2, 4.0, 0)
+    assert calculator.max_exponent == 3
+
+
+def test_an_agent_without_a_search_tool_needs_no_retriever():
+    cfg = trained_config()
+    cfg.actor.rollout.tools = [ToolConfig(CALCULATOR)]
+    settings = EvalSettings.from_experiment(cfg)
+    assert tool_tags(_tools("agent", settings, None)) == ["calculate"]
+    cfg.actor.rollout.tools = [ToolConfig(SEARCH)]
+    with pytest.raises(ValueError, match="needs a retriever_url"):
+        _tools("agent", EvalSettings.from_experiment(cfg), None)
 
 
 # --- what reaches ``evaluate`` from each pipeline ---------------------------------------------
@@ -267,3 +295,27 @@ def test_every_command_line_flag_reaches_its_field(reaching, run_files, tmp_path
         {"max_batch_size": 64, "dtype": "auto"},
     )
     assert seen == expected
+
+
+def test_the_command_line_takes_the_tools_of_a_training_config(run_files, tmp_path):
+    from agentrl.config.loader import to_yaml
+
+    cfg = trained_config()
+    cfg.actor.rollout.tools = [ToolConfig(SEARCH, {"topk": 5}), ToolConfig(CALCULATOR, {"max_exponent": 3})]
+    (tmp_path / "config.yaml").write_text(to_yaml(cfg))  # as a run writes it
+    argv = ["--model", str(run_files["model"]), "--data", f"x={run_files['test']}", "--out", str(tmp_path)]
+    args = agentrl.eval.cli.build_parser().parse_args([*argv, "--config", str(tmp_path / "config.yaml")])
+    settings = agentrl.eval.cli.settings_from_args(args)
+    assert settings.rollout.tools == cfg.actor.rollout.tools
+    assert settings.max_turns == EvalSettings().max_turns  # the rest comes from the flags, as before
+    without = agentrl.eval.cli.settings_from_args(agentrl.eval.cli.build_parser().parse_args(argv))
+    assert without.rollout.tools == [ToolConfig()]
+    (tmp_path / "bad.yaml").write_text("actor:\n  rollout:\n    tools: [{class_path: x, optons: {}}]\n")
+    with pytest.raises(SystemExit, match="bad.yaml"):
+        agentrl.eval.cli.settings_from_args(
+            agentrl.eval.cli.build_parser().parse_args([*argv, "--config", str(tmp_path / "bad.yaml")])
+        )
+
+
+def test_the_tool_fields_the_command_line_copies_are_rollout_fields():
+    assert set(agentrl.eval.cli.TOOL_FIELDS) <= {f.name for f in fields(RolloutConfig)}
