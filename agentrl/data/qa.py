@@ -12,6 +12,8 @@ Two layouts, as in Search-R1:
        "reward_model": {"style": "rule", "ground_truth": {"target": [...]}},
        "extra_info": {"split": "train", "index": 0}}
 
+The instruction is generated from the tools the policy is given (``instruction.py``); the
+default, ``INSTRUCTION_TEMPLATE``, is the one of the default tool set, one ``SearchTool``.
 Every validation error names the file, the line (jsonl) or row (parquet) and the field, so
 a bad row among thousands is found at once.
 """
@@ -24,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.data.instruction import instruction_template
 from agentrl.rewards.match import normalize_answer
 
 __all__ = [
@@ -46,27 +49,24 @@ ABILITY = "fact-reasoning"
 
 # Same structure as the Search-R1 instruction (reason in <think> after every new piece of
 # information, <search> for the engine, results in <information>, search freely, answer in
-# <answer> without elaboration, the Beijing example), worded for this project.
-INSTRUCTION_TEMPLATE = (
-    "Answer the question below. Every time you receive new information, first reason about it "
-    "inside <think> and </think>. If you find you are missing some knowledge, you can call a search "
-    "engine by writing <search> query </search>, and its top results will be returned between "
-    "<information> and </information>. You may search as many times as you like. Once you need no "
-    "further information, give the answer inside <answer> and </answer>, without detailed "
-    "explanation. For example, <answer> Beijing </answer>. Question: {question}\n"
-)
+# <answer> without elaboration, the Beijing example), worded for this project: the instruction
+# of the default tool set, which the quickstart and the published results were trained on.
+INSTRUCTION_TEMPLATE = instruction_template()
 
 
 class QADataError(ValueError):
     """A question record or training row does not match the schema (message says where)."""
 
 
-def make_prompt(question: str) -> str:
-    """The user message for one question; a trailing '?' is added when missing, as in Search-R1."""
+def make_prompt(question: str, instruction: str = INSTRUCTION_TEMPLATE) -> str:
+    """The user message for one question; a trailing '?' is added when missing, as in Search-R1.
+
+    ``instruction``: a template with a ``{question}`` field (``instruction.instruction_template``
+    of the run's tools); the default tool set's by default."""
     q = question.strip()
     if not q.endswith("?"):
         q += "?"
-    return INSTRUCTION_TEMPLATE.format(question=q)
+    return instruction.format(question=q)
 
 
 def _is_str_list(value: Any) -> bool:
@@ -124,11 +124,15 @@ def sample_records(
 
 
 def to_training_rows(
-    records: Sequence[Mapping[str, Any]], split: str, data_source: str | None = None
+    records: Sequence[Mapping[str, Any]],
+    split: str,
+    data_source: str | None = None,
+    instruction: str = INSTRUCTION_TEMPLATE,
 ) -> list[dict[str, Any]]:
     """Turn validated question records into training rows; ``index`` is the position in ``records``.
 
     ``data_source`` overrides the records' own ``dataset`` field; one of them must exist.
+    ``instruction``: the prompt's template (:func:`make_prompt`).
     """
     rows = []
     for index, rec in enumerate(records):
@@ -144,7 +148,7 @@ def to_training_rows(
                 "question": rec["question"],
                 "golden_answers": list(rec["golden_answers"]),
                 "data_source": source,
-                "prompt": [{"role": "user", "content": make_prompt(rec["question"])}],
+                "prompt": [{"role": "user", "content": make_prompt(rec["question"], instruction)}],
                 "ability": ABILITY,
                 "reward_model": {"style": "rule", "ground_truth": {"target": list(rec["golden_answers"])}},
                 "extra_info": {"split": split, "index": index},
