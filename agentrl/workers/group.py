@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,45 @@ import torch
 from agentrl.core.batch import Batch
 
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _installed(path: Path) -> bool:
+    """Whether ``path`` is inside the Python installation (the standard library, site-packages)."""
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return any(path == prefix or prefix in path.parents for prefix in prefixes)
+
+
+def driver_import_roots() -> list[str]:
+    """The directories the driver imports user code from, in its order: the launch directory,
+    then every directory on its ``sys.path`` outside the Python installation (a script's own
+    directory, the driver's ``PYTHONPATH``, an editable install's source)."""
+    roots: list[str] = []
+    for entry in [os.getcwd(), *sys.path]:
+        if not entry or not os.path.isdir(entry):  # "" is the launch directory; hooks are no dirs
+            continue
+        path = Path(entry).resolve()
+        if str(path) not in roots and not _installed(path):
+            roots.append(str(path))
+    return roots
+
+
+def worker_runtime_env(torch_threads: int | None = None) -> dict[str, Any]:
+    """The Ray runtime environment of every worker.
+
+    ``PYTHONPATH`` starts with :func:`driver_import_roots`, then the driver's own
+    ``PYTHONPATH``: user code a config names by import path (a tool's ``class_path``, a
+    scorer) imports in a worker from where it imports in the driver, on a single node without
+    any setup. Workers on other nodes see the same paths, so there the code must sit at the
+    same place or be installed (docs/adding_a_tool.md, "Ray workers").
+    """
+    env = dict(WORKER_ENV)
+    inherited = os.environ.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([*driver_import_roots(), *filter(None, inherited.split(os.pathsep))])
+    if torch_threads is not None:
+        env["AGENTRL_TORCH_THREADS"] = str(torch_threads)
+    elif "AGENTRL_TORCH_THREADS" in os.environ:
+        env["AGENTRL_TORCH_THREADS"] = os.environ["AGENTRL_TORCH_THREADS"]
+    return {"env_vars": env}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -155,16 +196,11 @@ class WorkerGroup:
                 "num_gpus": num_gpus,
                 "max_concurrency": max_concurrency,
             }
-            env = dict(WORKER_ENV)
-            # User code named by import path (scorers, tools) resolves from the launch directory,
-            # as it does in the driver.
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))
+            threads = None
             if placement is not None:
                 options["scheduling_strategy"] = placement.strategy(rank)
-                env["AGENTRL_TORCH_THREADS"] = str(placement.torch_threads[rank])
-            elif "AGENTRL_TORCH_THREADS" in os.environ:
-                env["AGENTRL_TORCH_THREADS"] = os.environ["AGENTRL_TORCH_THREADS"]
-            remote_cls = ray.remote(worker_cls).options(runtime_env={"env_vars": env}, **options)
+                threads = placement.torch_threads[rank]
+            remote_cls = ray.remote(worker_cls).options(runtime_env=worker_runtime_env(threads), **options)
             self.workers.append(remote_cls.remote(*args, rank, world_size, port, addr))
         ray.get([w.ping.remote() for w in self.workers])  # surface constructor errors here, by role
 
