@@ -45,25 +45,28 @@ def record_scripted_trajectories(
     """
     if len(prompts) != len(turns):
         raise ValueError(f"{len(prompts)} prompts but {len(turns)} turn scripts")
-    scripts: dict[tuple[int, ...], Sequence[str]] = {}
-    for i, (prompt, script) in enumerate(zip(prompts, turns, strict=True)):
-        key = tuple(prompt.prompt_ids)
-        if key in scripts:
-            raise ValueError(f"prompts[{i}] repeats an earlier prompt; scripted prompts must be distinct")
+    for i, script in enumerate(turns):
         if not script:
             raise ValueError(f"turns[{i}] is empty")
-        scripts[key] = list(script)
-    engine = ScriptedTurnEngine(tokenizer, scripts)
     manager = LLMGenerationManager(
-        engine,
+        ScriptedTurnEngine(tokenizer, {}),  # replaced below, once the scripts are keyed
         tokenizer,
         rollout,
         max_prompt_length=max_prompt_length,
         max_response_length=max_response_length,
         tools=tools,
     )
+    # keyed by the prompts as the rollout encodes them (with the tools' schemas in hermes)
+    encoded = [manager.encode_prompt(p) for p in prompts]
+    scripts: dict[tuple[int, ...], Sequence[str]] = {}
+    for i, (prompt, script) in enumerate(zip(encoded, turns, strict=True)):
+        key = tuple(prompt.prompt_ids)
+        if key in scripts:
+            raise ValueError(f"prompts[{i}] repeats an earlier prompt; scripted prompts must be distinct")
+        scripts[key] = list(script)
+    manager.engine = ScriptedTurnEngine(tokenizer, scripts)
     params = rollout_sampling(rollout, greedy=True)
-    trajectories = manager.run(list(prompts), params).trajectories
+    trajectories = manager.run(encoded, params).trajectories
     complete, incomplete = [], []
     for traj, script in zip(trajectories, turns, strict=True):
         cut = traj.truncation

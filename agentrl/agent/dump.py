@@ -2,8 +2,9 @@
 
 Each line holds the ids, the per-token segment labels and loss mask, the engine
 log-probs, the response rendered segment by segment (so a reader sees exactly which
-text was trained on and which was inserted), the reward if given, and the rollout
-metadata. ``python -m agentrl.agent.viewer dump.jsonl --out dump.html`` renders it.
+text was trained on and which was inserted), every tool call with its arguments, status
+and the tool message the policy read for it (``calls``), the reward if given, and the
+rollout metadata. ``python -m agentrl.agent.viewer dump.jsonl --out dump.html`` renders it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ def dump_record(
         "spans": spans,
         "num_turns": traj.num_turns,
         "tool_calls": dict(traj.tool_calls),
+        "calls": [_jsonable(asdict(call)) for call in traj.calls],
+        "tool_calls_invalid": dict(traj.tool_calls_invalid),
+        "calls_over_budget": traj.calls_over_budget,
         "num_valid_actions": traj.num_valid_actions,
         "num_invalid_actions": traj.num_invalid_actions,
         "finished": traj.finished,

@@ -9,14 +9,31 @@ metrics. The parts: ``turns.py`` (one trajectory's state machine), ``schedules.p
 Rules it keeps:
 
 * The ids the engine sampled are kept as sampled, with the engine's log-probs; generated
-  text is decoded only to *read* the action, never re-tokenized. Only observations are
-  tokenized, and they are appended as their own segment (loss mask 0).
-* A turn stops at the closing tag of any registered tool or ``</answer>`` (the stop token
-  is a model token and is trained), at eos, or at the per-turn token budget.
-* ``max_turns`` turns may call a tool (an invalid action uses up a turn too, as in
-  Search-R1); then one final turn follows whose only stop string is ``</answer>``. The
-  observation closing the last allowed turn tells the policy to answer. So
-  ``num_turns <= max_turns + 1`` and ``num_valid_actions + num_invalid_actions == num_turns``.
+  text is decoded only to *read* the turn, never re-tokenized. Only what the rollout inserts
+  is tokenized (observations, by the tool-call format), appended as its own segment (loss
+  mask 0).
+* How the policy calls tools is the format's (``formats/``, ``actor.rollout.tool_format``):
+  ``tags`` (the default) stops a turn at the closing tag of any registered tool or
+  ``</answer>``, one call a turn, results as ``<information>…</information>``; ``hermes``
+  ends a turn at the template's end-of-turn token (eos), one or more JSON calls a turn,
+  results as the template's tool messages. A turn also ends at the per-turn token budget.
+  A prompt given with its chat messages (``PromptSpec.messages``) is encoded by the format
+  (``hermes``: with the tools' schemas); the tags encoding is the data's own.
+* A turn's calls run concurrently and come back in call order; the observation answering
+  them is one segment: exactly the format's tokens for all their tool messages (and, in
+  ``hermes``, the next assistant header). ``max_calls_per_turn`` calls a turn and
+  ``max_calls_per_trajectory`` in all are run; a call past either gets an error message
+  saying which budget was reached, and once the trajectory's budget is used up the next
+  turn is the final one.
+* A malformed call (bad JSON, an unknown tool, arguments off the schema, a call cut by the
+  token budget, ...) is never an exception: it is not run, the policy reads an error tool
+  message, and it is counted by reason (``Trajectory.tool_calls_invalid``), as is a turn
+  that neither calls nor answers (which reads the format's hint instead).
+* ``max_turns`` turns may call a tool (an invalid turn uses up a turn too, as in
+  Search-R1); then one final turn follows in which only an answer counts. The observation
+  closing the last allowed turn tells the policy to answer. So
+  ``num_turns <= max_turns + 1`` and ``num_valid_actions + num_invalid_actions == num_turns``
+  (a turn is valid when it answers or makes at least one well-formed call).
 * The prompt is never dropped or cut. Prompt + response stays within
   ``max_prompt_length + max_response_length`` and the response within
   ``max_response_length``; when the next turn or observation would not fit, the
@@ -24,7 +41,8 @@ Rules it keeps:
 * A tool that raises or exceeds its ``timeout_s`` gives that trajectory an error
   observation and counts in ``tool_failures`` (``tool_error_policy="observe"``), or fails
   the rollout with the tool's own error (``"raise"``). Nothing waits without a timeout
-  except the engine.
+  except the engine. Every trajectory's tool sessions are closed when it ends, and all of
+  them when the rollout ends, however it ends.
 """
 
 from __future__ import annotations
@@ -36,14 +54,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agentrl.agent.drift import token_drift
-from agentrl.agent.observations import ObservationEncoder
+from agentrl.agent.formats import build_format
 from agentrl.agent.rollout_metrics import rollout_metrics
 from agentrl.agent.sampling import rollout_sampling
 from agentrl.agent.schedules import SCHEDULE_RUNNERS, SCHEDULES
 from agentrl.agent.tool_dispatch import TOOL_ERROR_POLICIES, ToolDispatcher
-from agentrl.agent.tools.base import Tool, validate_tool
+from agentrl.agent.tools.base import Tool
 from agentrl.agent.tools.registry import build_tools
+from agentrl.agent.tools.typed import TypedTool, as_typed
 from agentrl.agent.trajectory import PromptSpec, Trajectory
+from agentrl.agent.turn_calls import CallBudget
 from agentrl.agent.turns import TrajectoryState, TurnRules
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import Engine, SamplingParams
@@ -75,8 +95,13 @@ class RolloutResult:
         recomputed over all of them, and the largest of each per-rank figure (``per_rank``)."""
         trajectories = [t for part in parts for t in part.trajectories]
         prefix = "rollout/tool_calls/"
-        tags = sorted(
-            {key[len(prefix) :] for part in parts for key in part.metrics if key.startswith(prefix)}
+        names = sorted(
+            {
+                key[len(prefix) :]
+                for part in parts
+                for key in part.metrics
+                if key.startswith(prefix) and "/" not in key[len(prefix) :]  # not invalid/<reason>
+            }
         )
         per_rank = tuple(dict.fromkeys(key for part in parts for key in part.per_rank))
         largest = {
@@ -84,7 +109,7 @@ class RolloutResult:
             for key in per_rank
             if any(key in part.metrics for part in parts)
         }
-        metrics = rollout_metrics(trajectories, tags) | {"rollout/tool_busy_s": 0.0} | largest
+        metrics = rollout_metrics(trajectories, names) | {"rollout/tool_busy_s": 0.0} | largest
         return cls(trajectories, metrics, per_rank)
 
 
@@ -98,9 +123,13 @@ def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_res
         )
     if config.max_turns < 0:
         raise ValueError(f"rollout.max_turns must be >= 0, got {config.max_turns}")
-    for name in ("max_tokens_per_turn", "max_obs_length"):
+    for name in ("max_tokens_per_turn", "max_obs_length", "max_calls_per_turn"):
         if getattr(config, name) < 1:
             raise ValueError(f"rollout.{name} must be >= 1, got {getattr(config, name)}")
+    if config.max_calls_per_trajectory is not None and config.max_calls_per_trajectory < 1:
+        raise ValueError(
+            f"rollout.max_calls_per_trajectory must be >= 1 or null, got {config.max_calls_per_trajectory}"
+        )
     if max_prompt_length < 1 or max_response_length < 1:
         raise ValueError(
             "max_prompt_length and max_response_length must be >= 1, "
@@ -108,22 +137,25 @@ def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_res
         )
 
 
-def _checked_tools(tools: Mapping[str, Tool] | Sequence[Tool]) -> dict[str, Tool]:
-    by_tag = tools if isinstance(tools, Mapping) else {t.tag: t for t in tools}
-    checked: dict[str, Tool] = {}
+def _checked_tools(tools: Mapping[str, Any] | Sequence[Any]) -> tuple[dict[str, Any], list[TypedTool]]:
+    """The tools by tag (tag tools and schema tools alike), each checked, and their typed faces."""
+    by_tag = dict(tools) if isinstance(tools, Mapping) else {as_typed(t).tag: t for t in tools}
+    typed = []
     for tag, tool in by_tag.items():
-        validate_tool(tool, f"tool for <{tag}>")
-        if tool.tag != tag:
-            raise ValueError(f"tool {tool.name!r} has tag {tool.tag!r} but is registered under {tag!r}")
-        checked[tag] = tool
-    return checked
+        face = as_typed(tool, f"tool for <{tag}>")
+        if face.tag != tag:
+            raise ValueError(f"tool {face.name!r} has tag {face.tag!r} but is registered under {tag!r}")
+        typed.append(face)
+    return by_tag, typed
 
 
 class LLMGenerationManager:
     """Multi-turn rollouts of one engine with a set of tools (see the module docstring).
 
-    ``tools`` maps tag → tool; by default they are built from ``config.tools``.
-    ``max_prompt_length`` / ``max_response_length`` are the data's budgets.
+    ``tools`` maps tag → tool (or lists them); by default they are built from ``config.tools``.
+    Tag tools and schema tools alike (``tools/typed.py``). ``max_prompt_length`` /
+    ``max_response_length`` are the data's budgets. The tool-call format is built (and its
+    template checked) here, once: ``format``.
     """
 
     def __init__(
@@ -134,21 +166,41 @@ class LLMGenerationManager:
         *,
         max_prompt_length: int,
         max_response_length: int,
-        tools: Mapping[str, Tool] | Sequence[Tool] | None = None,
+        tools: Mapping[str, Tool | Any] | Sequence[Tool | Any] | None = None,
     ) -> None:
         _check_rollout_config(config, max_prompt_length, max_response_length)
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
-        self.tools = _checked_tools(build_tools(config.tools) if tools is None else tools)
+        self.tools, typed = _checked_tools(build_tools(config.tools) if tools is None else tools)
+        self.specs = [t.spec for t in typed]
+        self.format = build_format(config, tokenizer, self.specs, tags={t.name: t.tag for t in typed})
         self.rules = TurnRules(
             tokenizer=tokenizer,
-            observations=ObservationEncoder(tokenizer, config.max_obs_length),
-            tool_tags=tuple(self.tools),
+            format=self.format,
+            tool_names=tuple(t.name for t in typed),
             max_turns=config.max_turns,
             max_prompt_length=max_prompt_length,
             max_response_length=max_response_length,
+            max_obs_length=config.max_obs_length,
+            calls=CallBudget(config.max_calls_per_turn, config.max_calls_per_trajectory),
         )
+
+    def encode_prompt(self, prompt: PromptSpec) -> PromptSpec:
+        """``prompt`` as this rollout generates from it: its messages encoded by the format.
+
+        Without messages the ids are taken as given, except in a format that must render the
+        tools' schemas into the prompt (``hermes``), which refuses them.
+        """
+        if prompt.messages is not None:
+            return replace(prompt, prompt_ids=self.format.prompt_ids(list(prompt.messages), self.specs))
+        if self.format.name != "tags":
+            raise ValueError(
+                f"actor.rollout.tool_format={self.format.name} renders each prompt from its chat messages "
+                "with the tools' schemas, but a PromptSpec came without messages; build prompts with "
+                "PromptSpec(..., messages=[...]) (trainer.dataset.prompt_spec and the evaluator do)"
+            )
+        return prompt
 
     def default_sampling(self, greedy: bool = False) -> SamplingParams:
         """Sampling from the config: temperature/top-p/top-k and ``max_tokens_per_turn``."""
@@ -182,7 +234,7 @@ class LLMGenerationManager:
         base = sampling or self.default_sampling()
         base = replace(base, max_new_tokens=min(base.max_new_tokens, self.config.max_tokens_per_turn))
         states = []
-        for p in prompts:
+        for p in map(self.encode_prompt, prompts):
             group_id = uuid.uuid4().hex
             for k in range(n):
                 traj = Trajectory(prompt=p, group_id=group_id, uid=f"{group_id}-{k}")
@@ -192,12 +244,15 @@ class LLMGenerationManager:
         try:
             await SCHEDULE_RUNNERS[self.config.schedule](states, self.engine, dispatcher)
         finally:
-            await self._close_tools()
+            try:
+                await dispatcher.close_all()  # no tool session outlives the rollout
+            finally:
+                await self._close_tools()
         trajectories = [s.traj for s in states]
         if self.config.check_token_drift:
             for t in trajectories:
                 t.token_drift = token_drift(self.tokenizer, t.response_ids)
-        result = RolloutResult(trajectories, rollout_metrics(trajectories, self.rules.tool_tags))
+        result = RolloutResult(trajectories, rollout_metrics(trajectories, self.rules.tool_names))
         result.add_per_rank({"rollout/tool_busy_s": dispatcher.busy_seconds})
         return result
 

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agentrl.agent.formats.base import MALFORMED_REASONS
 from agentrl.agent.trajectory import Trajectory
 
+INVALID_CALLS = "rollout/tool_calls/invalid/"  # + a reason: malformed calls and invalid turns, summed
 
-def rollout_metrics(trajectories: Sequence[Trajectory], tool_tags: Sequence[str] = ()) -> dict[str, float]:
+
+def rollout_metrics(trajectories: Sequence[Trajectory], tool_names: Sequence[str] = ()) -> dict[str, float]:
     """Means per trajectory unless the name ends in ``_total``; tool calls are counted per tool
-    (``rollout/tool_calls/<tag>``, for every tag in ``tool_tags`` even when unused) and in all
-    (``rollout/tool_calls``)."""
+    (``rollout/tool_calls/<name>``, for every name in ``tool_names`` even when unused; a tag
+    tool's name is its tag) and in all (``rollout/tool_calls``). Malformed calls and turns that
+    neither call nor answer are summed over the trajectories by reason, every reason of
+    ``formats.MALFORMED_REASONS`` each time (``rollout/tool_calls/invalid/<reason>``), and
+    calls past a call budget in ``rollout/call_budget_hits_total``."""
     if not trajectories:
         return {}
     n = len(trajectories)
@@ -32,9 +38,13 @@ def rollout_metrics(trajectories: Sequence[Trajectory], tool_tags: Sequence[str]
         "rollout/response_truncated": mean([t.truncation.response_budget for t in trajectories]),
         "rollout/turn_budget_hits_total": float(sum(t.truncation.turn_budget_hits for t in trajectories)),
         "rollout/tool_failures_total": float(sum(t.tool_failures for t in trajectories)),
+        "rollout/call_budget_hits_total": float(sum(t.calls_over_budget for t in trajectories)),
     }
-    for tag in sorted({*tool_tags, *(tag for t in trajectories for tag in t.tool_calls)}):
-        metrics[f"rollout/tool_calls/{tag}"] = mean([t.tool_calls.get(tag, 0) for t in trajectories])
+    for name in sorted({*tool_names, *(name for t in trajectories for name in t.tool_calls)}):
+        metrics[f"rollout/tool_calls/{name}"] = mean([t.tool_calls.get(name, 0) for t in trajectories])
+    for reason in MALFORMED_REASONS:
+        count = sum(t.tool_calls_invalid.get(reason, 0) for t in trajectories)
+        metrics[INVALID_CALLS + reason] = float(count)
     for key in sorted({k for t in trajectories for k in t.tool_metrics}):
         metrics[f"rollout/tool/{key}"] = mean([t.tool_metrics.get(key, 0.0) for t in trajectories])
     drifts = [t.token_drift for t in trajectories if t.token_drift is not None]

@@ -4,11 +4,14 @@ A trajectory's response is a sequence of *segments*: runs of tokens the policy s
 (``Segment.MODEL``) alternating with runs of tokens the environment inserted
 (``Segment.OBSERVATION``: retrieved documents, tool output, the invalid-action hint).
 Every response token carries its segment label, so the loss mask is a lookup
-(``segment == MODEL``) and never a guess from token values.
+(``segment == MODEL``) and never a guess from token values. ``Trajectory.calls`` logs every
+tool call a turn made (``CallRecord``: its arguments, what came of it, the tool message the
+policy read), for dumps and the viewer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -26,19 +29,30 @@ class Segment(IntEnum):
 @dataclass(frozen=True)
 class PromptSpec:
     """One question as the rollout receives it: already-tokenized prompt plus metadata
-    that travels untouched to the reward and the logs."""
+    that travels untouched to the reward and the logs.
+
+    ``messages``: the chat messages ``prompt_ids`` were encoded from. When given, the rollout
+    encodes them again through its tool-call format (``formats/``), which for ``hermes``
+    renders the tools' schemas into the prompt; the ``tags`` format's encoding is the data's
+    own (``prompts.encode_messages``), so its ids are unchanged. ``hermes`` needs them.
+    """
 
     prompt_ids: list[int]
     data_source: str = "unknown"
     ground_truth: Any = None
     index: Any = None  # the dataset row id; for logs only, never used as a group id
     extra_info: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
             raise ValueError("PromptSpec.prompt_ids must not be empty")
         if not all(isinstance(t, int) and t >= 0 for t in self.prompt_ids):
             raise ValueError("PromptSpec.prompt_ids must be non-negative ints")
+        if self.messages is not None and not (
+            self.messages and all(isinstance(m, Mapping) and "content" in m for m in self.messages)
+        ):
+            raise ValueError("PromptSpec.messages must be a non-empty list of {'role', 'content'} dicts")
 
 
 @dataclass
@@ -63,6 +77,24 @@ class Truncation:
         return bool(self.observations_cut or self.context or self.response_budget or self.turn_budget_hits)
 
 
+@dataclass(frozen=True)
+class CallRecord:
+    """One tool call of a turn as the policy made it, and what it read back.
+
+    ``status``: ``ok`` (the tool answered), ``failed`` (it raised or timed out),
+    ``invalid/<reason>`` (malformed, never run: ``formats.MalformedReason``) or
+    ``over_budget`` (past ``max_calls_per_turn`` / ``max_calls_per_trajectory``, never run).
+    ``message``: the tool message's content the policy read for it, before the
+    observation's cut to ``max_obs_length``.
+    """
+
+    turn: int  # the model turn that made it, from 0
+    name: str | None  # the tool's name; None when the call named none
+    arguments: dict[str, Any] | None  # None when they could not be read
+    status: str
+    message: str
+
+
 @dataclass
 class Trajectory:
     """One rollout of one prompt.
@@ -80,7 +112,7 @@ class Trajectory:
     log_probs: list[float] = field(default_factory=list)
     segment_spans: list[tuple[int, int, int]] = field(default_factory=list)
     num_turns: int = 0
-    tool_calls: dict[str, int] = field(default_factory=dict)  # tool calls executed, per tool tag
+    tool_calls: dict[str, int] = field(default_factory=dict)  # tool calls executed, per tool name
     num_valid_actions: int = 0
     num_invalid_actions: int = 0
     finished: bool = False  # ended with a complete <answer>…</answer>
@@ -91,9 +123,13 @@ class Trajectory:
     tool_metrics: dict[str, float] = field(default_factory=dict)  # summed ToolResult.metrics
     token_drift: int | None = None  # set when RolloutConfig.check_token_drift is on
     finish_reasons: list[str] = field(default_factory=list)  # engine finish reason per turn
-    # (tool tag, text) of every tool result that became an observation, before wrapping and
+    # (tool name, text) of every tool result that became an observation, before wrapping and
     # truncation: what the tools returned, told apart from hints and error notes
     tool_outputs: list[tuple[str, str]] = field(default_factory=list)
+    # malformed calls (and turns that neither call nor answer) by reason: formats.MalformedReason
+    tool_calls_invalid: dict[str, int] = field(default_factory=dict)
+    calls_over_budget: int = 0  # calls not run: past the per-turn or per-trajectory call budget
+    calls: list[CallRecord] = field(default_factory=list)  # every call of every turn, in order
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -107,6 +143,11 @@ class Trajectory:
     def num_tool_calls(self) -> int:
         """Tool calls executed, all tools together."""
         return sum(self.tool_calls.values())
+
+    @property
+    def num_invalid_calls(self) -> int:
+        """Malformed calls and invalid turns, all reasons together (what ``format_penalty`` reads)."""
+        return sum(self.tool_calls_invalid.values())
 
     @property
     def num_model_tokens(self) -> int:

@@ -1,10 +1,11 @@
-"""The state machine of one trajectory: ask for a turn, read its action, append the observation.
+"""The state machine of one trajectory: ask for a turn, read its calls or answer, append the observation.
 
 ``TrajectoryState`` is driven by a schedule (``schedules.py``): ``request()`` gives the next
 engine call (or None when the trajectory is over), ``on_generation`` records the sampled
-turn and returns the tool call it asked for, ``on_tool_outcome`` appends what the tool
-returned. It knows only the ``TurnRules``: budgets, the tags it may call, stop strings,
-and the tokenizer and observation encoder that read actions and write observations.
+turn and returns the calls it made (``turn_calls.TurnCalls``: which run, which are
+answered at once), ``on_tool_outcomes`` appends the one observation that answers them all.
+It knows only the ``TurnRules``: budgets, the tool-call format that reads turns and writes
+observations (``formats/``), and the call budgets.
 """
 
 from __future__ import annotations
@@ -12,10 +13,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agentrl.agent.actions import ANSWER_TAG, parse_action, stop_strings
-from agentrl.agent.observations import INVALID_ACTION_HINT, ObservationEncoder
+from agentrl.agent.formats.base import ToolCallFormat, ToolMessage, TurnParse
 from agentrl.agent.tool_dispatch import ToolOutcome
-from agentrl.agent.trajectory import Segment, Trajectory
+from agentrl.agent.trajectory import CallRecord, Segment, Trajectory
+from agentrl.agent.turn_calls import (
+    FAILED,
+    INVALID,
+    OK,
+    OVER_BUDGET,
+    CallBudget,
+    TurnCalls,
+    plan_turn,
+    settle,
+)
 from agentrl.engines.base import GenerationResult, SamplingParams
 from agentrl.seeding import derive_seed
 
@@ -25,25 +35,13 @@ class TurnRules:
     """What every trajectory of one rollout plays by (see ``generation.py`` for the rules)."""
 
     tokenizer: Any
-    observations: ObservationEncoder
-    tool_tags: tuple[str, ...]
+    format: ToolCallFormat
+    tool_names: tuple[str, ...]  # the tools, by name (the keys of Trajectory.tool_calls)
     max_turns: int  # turns that may call a tool; one final answer-only turn follows
     max_prompt_length: int
     max_response_length: int
-
-    @property
-    def turn_stops(self) -> tuple[str, ...]:
-        return stop_strings([*self.tool_tags, ANSWER_TAG])
-
-    @property
-    def final_stops(self) -> tuple[str, ...]:
-        return stop_strings([ANSWER_TAG])
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    tag: str
-    content: str
+    max_obs_length: int
+    calls: CallBudget
 
 
 class TrajectoryState:
@@ -55,8 +53,13 @@ class TrajectoryState:
         self.seed = seed  # this trajectory's own stream; turn t samples with derive_seed(seed, t)
         self.rules = rules
         self.turns_used = 0  # non-final turns consumed
+        self.calls_sent = 0  # calls sent to the tools so far (what the per-trajectory budget counts)
         self.done = False
         self._turn_cap_binding = True  # whether max_new_tokens (not a budget) set this turn's cap
+
+    @property
+    def uid(self) -> str:
+        return self.traj.uid
 
     # --- budgets ---------------------------------------------------------------------
 
@@ -76,7 +79,9 @@ class TrajectoryState:
 
     @property
     def final_turn(self) -> bool:
-        return self.turns_used >= self.rules.max_turns
+        """No more calls: the turns, or the trajectory's call budget, are used up."""
+        most = self.rules.calls.per_trajectory
+        return self.turns_used >= self.rules.max_turns or (most is not None and self.calls_sent >= most)
 
     # --- the loop --------------------------------------------------------------------
 
@@ -90,7 +95,7 @@ class TrajectoryState:
             return None
         per_turn = self.base.max_new_tokens
         self._turn_cap_binding = per_turn <= room
-        stops = self.rules.final_stops if self.final_turn else self.rules.turn_stops
+        stops = self.rules.format.turn_stops(self.final_turn)
         params = replace(
             self.base,
             max_new_tokens=min(per_turn, room),
@@ -99,54 +104,84 @@ class TrajectoryState:
         )
         return self.traj.prompt_ids + self.traj.response_ids, params
 
-    def on_generation(self, result: GenerationResult) -> ToolCall | None:
-        """Record a turn; returns the tool call to run, if any."""
-        traj = self.traj
-        traj.append(list(result.token_ids), Segment.MODEL, list(result.log_probs))
+    def on_generation(self, result: GenerationResult) -> TurnCalls | None:
+        """Record a turn; returns its calls when it made any (to run, then ``on_tool_outcomes``)."""
+        traj, rules = self.traj, self.rules
+        ids = list(result.token_ids)
+        traj.append(ids, Segment.MODEL, list(result.log_probs))
+        turn = traj.num_turns
         traj.num_turns += 1
         traj.finish_reasons.append(result.finish_reason)
         final = self.final_turn
-        text = self.rules.tokenizer.decode(list(result.token_ids), skip_special_tokens=False)
-        action = parse_action(text, () if final else self.rules.tool_tags)
-        over_budget = result.finish_reason == "length" and not self._turn_cap_binding
-        if result.finish_reason == "length" and self._turn_cap_binding and action.kind == "invalid":
+        text = rules.tokenizer.decode(ids, skip_special_tokens=False)
+        parse = rules.format.parse(text, result.finish_reason, final)
+        acted = parse.answer is not None or any(c.error is None for c in parse.calls)
+        cut = parse.invalid is not None or any(c.error == "truncated" for c in parse.calls)
+        if result.finish_reason == "length" and self._turn_cap_binding and cut:
             traj.truncation.turn_budget_hits += 1
-
-        if action.kind == "answer":
+        if acted:
             traj.num_valid_actions += 1
+        else:
+            traj.num_invalid_actions += 1
+
+        if parse.answer is not None:
             traj.finished = True
-            traj.answer = action.content
+            traj.answer = parse.answer
             self.done = True
             return None
-        if action.kind == "tool":
-            traj.num_valid_actions += 1
+        closed = bool(ids) and ids[-1] == rules.tokenizer.eos_token_id
+        if parse.calls:
             self.turns_used += 1
-            traj.tool_calls[action.tag] = traj.tool_calls.get(action.tag, 0) + 1  # type: ignore[index]
-            return ToolCall(action.tag, action.content)  # type: ignore[arg-type]
+            before = self.calls_sent
+            planned = plan_turn(
+                parse.calls, rules.format, rules.calls, turn=turn, turn_closed=closed, sent_before=before
+            )
+            self.calls_sent += planned.sent
+            return planned
+        over_budget = result.finish_reason == "length" and not self._turn_cap_binding
+        self._invalid_turn(parse, over_budget, final, closed)
+        return None
 
-        traj.num_invalid_actions += 1
+    def _invalid_turn(self, parse: TurnParse, over_budget: bool, final: bool, closed: bool) -> None:
+        """A turn that neither called nor answered: counted by reason, then a hint or the end."""
+        reason = parse.invalid or "no_action"
+        self.traj.tool_calls_invalid[reason] = self.traj.tool_calls_invalid.get(reason, 0) + 1
         if over_budget:
             self._end_over_budget(self._room()[1])
         elif final:
             self.done = True
         else:
             self.turns_used += 1
-            self._observe(INVALID_ACTION_HINT)
-        return None
+            self._observe([self.rules.format.invalid_turn_message(parse)], closed)
 
-    def on_tool_outcome(self, tag: str, outcome: ToolOutcome) -> None:
-        if outcome.result is not None:
-            for key, value in outcome.result.metrics.items():
-                self.traj.tool_metrics[key] = self.traj.tool_metrics.get(key, 0.0) + float(value)
-            if self._observe(outcome.result.text):
-                self.traj.tool_outputs.append((tag, outcome.result.text))
-        else:
-            self.traj.tool_failures += 1
-            self._observe(f"Error: the tool call failed ({outcome.error}).")
+    def on_tool_outcomes(self, turn: TurnCalls, outcomes: list[ToolOutcome]) -> None:
+        """Append the one observation that answers every call of ``turn`` (``outcomes``: its runs')."""
+        traj = self.traj
+        settled = settle(turn, outcomes, self.rules.format)
+        for s in settled:
+            name = s.call.name
+            if s.status in (OK, FAILED):
+                traj.tool_calls[name] = traj.tool_calls.get(name, 0) + 1  # type: ignore[index]
+            if s.status == FAILED:
+                traj.tool_failures += 1
+            elif s.status == OVER_BUDGET:
+                traj.calls_over_budget += 1
+            elif s.status.startswith(INVALID):
+                reason = s.status[len(INVALID) :]
+                traj.tool_calls_invalid[reason] = traj.tool_calls_invalid.get(reason, 0) + 1
+            if s.result is not None:
+                for key, value in s.result.metrics.items():
+                    traj.tool_metrics[key] = traj.tool_metrics.get(key, 0.0) + float(value)
+            traj.calls.append(CallRecord(turn.turn, name, s.call.arguments, s.status, s.message.content))
+        if self._observe([s.message for s in settled], turn.turn_closed):
+            traj.tool_outputs.extend((s.call.name, s.result.text) for s in settled if s.result is not None)  # type: ignore[misc]
 
-    def _observe(self, text: str) -> bool:
-        """Append ``text`` as an observation; False when there was no room and the trajectory ended."""
-        obs = self.rules.observations.encode(text, final_turn=self.final_turn)
+    def _observe(self, messages: list[ToolMessage], turn_closed: bool) -> bool:
+        """Append the observation of ``messages``; False when there was no room and the trajectory ended."""
+        rules = self.rules
+        obs = rules.format.observation(
+            messages, turn_closed=turn_closed, final_turn=self.final_turn, max_obs_length=rules.max_obs_length
+        )
         if obs.tokens_cut:
             self.traj.truncation.observations_cut += 1
             self.traj.truncation.observation_tokens_cut += obs.tokens_cut

@@ -5,6 +5,9 @@
 Model tokens (loss mask 1) are shown on a green background; observation tokens (loss
 mask 0: retrieved documents, tool output, hints) are grey, struck through and marked
 "masked", so the masking is visible at a glance. Hovering a span shows its token range.
+Below the response, a table lists every tool call: the turn that made it, the tool, its
+arguments and status (written by the policy: trained, loss mask 1) and the tool message
+it got back (inserted: masked, loss mask 0).
 """
 
 from __future__ import annotations
@@ -25,7 +28,31 @@ pre { white-space: pre-wrap; word-break: break-word; margin: 0; font-size: 0.9em
 .observation { background: #e4e4e4; color: #777; text-decoration: line-through; }
 .observation::before { content: "[masked] "; font-size: 0.75em; color: #a00; text-decoration: none; }
 .legend span { padding: 0 0.4em; margin-right: 1em; }
+table.calls { border-collapse: collapse; margin-top: 0.6em; font-size: 0.85em; width: 100%; }
+table.calls td, table.calls th { border: 1px solid #ddd; padding: 0.2em 0.4em; vertical-align: top; }
+table.calls td.args { background: #d9f5d9; font-family: monospace; }
+table.calls td.message { background: #e4e4e4; color: #555; white-space: pre-wrap; }
+.bad { color: #a00; font-weight: bold; }
 """
+
+
+def render_calls(calls: list[dict]) -> str:
+    """The tool calls of one trajectory as a table (empty when it made none)."""
+    if not calls:
+        return ""
+    rows = "".join(
+        "<tr>"
+        f"<td>{int(c.get('turn', 0))}</td><td>{html.escape(str(c.get('name')))}</td>"
+        f'<td class="args">{html.escape(json.dumps(c.get("arguments"), ensure_ascii=False))}</td>'
+        f'<td class="{"" if c.get("status") == "ok" else "bad"}">{html.escape(str(c.get("status")))}</td>'
+        f'<td class="message">{html.escape(str(c.get("message", "")))}</td>'
+        "</tr>"
+        for c in calls
+    )
+    return (
+        '<table class="calls"><tr><th>turn</th><th>tool</th><th>arguments (trained, loss_mask=1)</th>'
+        f"<th>status</th><th>tool message (masked, loss_mask=0)</th></tr>{rows}</table>"
+    )
 
 
 def render_record(record: dict) -> str:
@@ -37,6 +64,8 @@ def render_record(record: dict) -> str:
         "reward",
         "num_turns",
         "num_invalid_actions",
+        "tool_calls",
+        "tool_calls_invalid",
         "finished",
         "truncation",
         "tool_failures",
@@ -52,7 +81,8 @@ def render_record(record: dict) -> str:
     return (
         f'<div class="traj"><div class="meta">{meta}</div>'
         f"<details><summary>prompt ({len(record.get('prompt_ids', []))} tokens)</summary>"
-        f'<pre class="prompt">{prompt}</pre></details><pre>{spans}</pre></div>'
+        f'<pre class="prompt">{prompt}</pre></details><pre>{spans}</pre>'
+        f"{render_calls(record.get('calls') or [])}</div>"
     )
 
 

@@ -108,6 +108,7 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         "actor.rollout.n": rollout.n,
         "actor.rollout.max_tokens_per_turn": rollout.max_tokens_per_turn,
         "actor.rollout.max_obs_length": rollout.max_obs_length,
+        "actor.rollout.max_calls_per_turn": rollout.max_calls_per_turn,
         "actor.rollout.tensor_parallel_size": rollout.tensor_parallel_size,
         **{
             f"{role}.update.{key}": getattr(getattr(cfg, role).update, key)
@@ -128,6 +129,13 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
     problems += [f"config key '{k}' must be >= 1, got {v}" for k, v in positive.items() if v < 1]
     if rollout.max_turns < 0:
         problems.append(f"config key 'actor.rollout.max_turns' must be >= 0, got {rollout.max_turns}")
+    most_calls = rollout.max_calls_per_trajectory
+    if most_calls is not None and most_calls < 1:
+        problems.append(
+            f"config key 'actor.rollout.max_calls_per_trajectory' must be >= 1 or null, got {most_calls}"
+        )
+    if cfg.reward.format_penalty < 0:
+        problems.append(f"config key 'reward.format_penalty' must be >= 0, got {cfg.reward.format_penalty}")
     for key, value in {
         "actor.clip_ratio_low": actor.clip_ratio_low,
         "actor.clip_ratio_high": actor.clip_ratio_high,

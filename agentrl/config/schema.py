@@ -117,7 +117,6 @@ class RolloutConfig:
     enable_thinking: bool | None = None  # passed to templates that read it; None: not passed
     max_calls_per_turn: int = 4  # tool calls one turn may make (hermes)
     max_calls_per_trajectory: int | None = None  # None: no limit beyond the turns
-    format_penalty: float = 0.0  # the reward's penalty for malformed tool calls; 0: none
 
 
 @dataclass
@@ -179,6 +178,9 @@ class RewardConfig:
     structure_format_score: float = 0.2
     final_format_score: float = 0.1
     retrieval_score: float = 0.0  # bonus when a golden answer appeared in retrieved text
+    # subtracted from the score of a trajectory with a malformed tool call or a turn that neither
+    # called nor answered (the batch's tool_calls_invalid); 0: none
+    format_penalty: float = 0.0
     reward_model_path: str | None = None  # optional learned reward model (scalar head)
     micro_batch_size: int = 4  # sequences per forward of the reward model
 

@@ -66,11 +66,12 @@ def build_prompt(
     tokenizer: Any, mode: str, q: EvalQuestion, documents: Sequence[Mapping[str, Any]] | None = None
 ) -> PromptSpec:
     """Tokenize one question's prompt (through the chat template when the tokenizer has one)."""
-    ids = encode_messages(tokenizer, render_user_message(mode, q, documents))
+    messages = render_user_message(mode, q, documents)
     return PromptSpec(
-        prompt_ids=ids,
+        prompt_ids=encode_messages(tokenizer, messages),
         data_source=q.data_source,
         ground_truth={"target": list(q.golden_answers)},
         index=q.id,
         extra_info={"dataset": q.dataset, "question": q.question},
+        messages=messages,  # the rollout's tool-call format encodes them (hermes: with the tools)
     )

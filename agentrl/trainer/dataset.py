@@ -66,14 +66,18 @@ class PromptDataset:
 
 def prompt_spec(row: dict[str, Any], tokenizer: Any, source_file: str = "", index: int = 0) -> PromptSpec:
     """One training row as the rollout takes it: its chat messages tokenized (through the chat
-    template when the tokenizer has one); ``index`` when the row's ``extra_info`` has none."""
+    template when the tokenizer has one), and kept, so that a tool-call format that renders the
+    tools into the prompt (``hermes``) encodes them again; ``index`` when the row's
+    ``extra_info`` has none."""
     extra = dict(row.get("extra_info") or {})
+    messages = [dict(m) for m in row["prompt"]]
     return PromptSpec(
-        prompt_ids=encode_messages(tokenizer, list(row["prompt"])),
+        prompt_ids=encode_messages(tokenizer, messages),
         data_source=str(row["data_source"]),
         ground_truth=row["reward_model"]["ground_truth"],
         index=extra.get("index", index),
         extra_info=extra | {"source_file": source_file},
+        messages=messages,
     )
 
 

@@ -3,7 +3,9 @@
 The default is rule-based (``agentrl.rewards``: exact match on the final ``<answer>``,
 optionally format-aware, the tag grammar knowing the run's ``RunContext.tool_tags``);
 ``reward.reward_model_path`` adds a learned scalar reward model whose output replaces the
-rule score.
+rule score. ``reward.format_penalty`` (> 0) is subtracted from the score of every
+trajectory with a malformed tool call or a turn that neither called nor answered (the
+rollout's per-row counts, the batch's ``tool_calls_invalid``), whichever scores it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,20 @@ from agentrl.models.layout import trim_padding
 from agentrl.models.loading import build_value_model
 from agentrl.rewards import score_batch
 from agentrl.workers.base import RoleWorker
+
+
+def with_format_penalty(
+    scores: torch.Tensor, batch: Batch, penalty: float, metrics: dict[str, float]
+) -> torch.Tensor:
+    """``scores`` less ``penalty`` where a row has any malformed call or invalid turn; with a
+    penalty, ``reward/format_penalized`` (the share of rows penalised) joins ``metrics``."""
+    if penalty == 0:
+        return scores
+    if "tool_calls_invalid" not in batch:
+        raise KeyError("reward.format_penalty needs the batch's tool_calls_invalid (agentrl.agent.collate)")
+    hit = torch.tensor([bool(counts) and sum(counts.values()) > 0 for counts in batch["tool_calls_invalid"]])
+    metrics["reward/format_penalized"] = float(hit.float().mean()) if len(hit) else 0.0
+    return scores - penalty * hit.to(scores.dtype)
 
 
 class RuleRewardWorker(RoleWorker):
@@ -40,7 +56,10 @@ class RuleRewardWorker(RoleWorker):
         metrics = {
             f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values
         }
-        return torch.tensor(scores, dtype=torch.float32), metrics
+        scores = with_format_penalty(
+            torch.tensor(scores, dtype=torch.float32), batch, self.reward.format_penalty, metrics
+        )
+        return scores, metrics
 
 
 class RewardModelWorker(RoleWorker):
@@ -63,4 +82,5 @@ class RewardModelWorker(RoleWorker):
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         scores = no_grad_over_micro_batches(self._score, batch, self.reward.micro_batch_size)
-        return scores, {"reward/model_score": float(scores.mean())}
+        metrics = {"reward/model_score": float(scores.mean())}
+        return with_format_penalty(scores, batch, self.reward.format_penalty, metrics), metrics

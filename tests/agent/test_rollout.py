@@ -1,4 +1,9 @@
-"""Multi-turn rollouts with a scripted policy against a real retriever server."""
+"""Multi-turn rollouts with a scripted policy against a real retriever server.
+
+Tests that take ``dialect`` run in both tool-call formats (``tags``, and ``hermes`` on the
+tiny tokenizer with the project's Hermes-style template): the same invariants, each
+format's own text.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import sys
 
 import pytest
 import torch
+from support.dialects import DIALECTS, Dialect
 from support.prompts import question_prompt
 from support.scripted_engine import (
     ScriptedEngine,
@@ -34,18 +40,29 @@ pytestmark = pytest.mark.timeout(60)
 QUESTIONS = ["What is the capital of France?", "Who wrote Pride and Prejudice?", "When did Apollo 11 land?"]
 
 
-def search_then_answer(context: str) -> str:
+TAGS = Dialect("tags")
+
+
+@pytest.fixture(params=DIALECTS, ids=lambda d: d.name)
+def dialect(request) -> Dialect:
+    return request.param
+
+
+def search_then_answer(context: str, dialect: Dialect = TAGS) -> str:
     """Search once per question, then answer from what came back."""
-    response = response_part(context)
-    if "<information>" not in response:
+    if not dialect.results_seen(context):
         topic = "capital of France" if "France" in context else "Pride and Prejudice author"
-        return f"<think>I need to search.</think><search> {topic} </search> trailing text never sampled"
+        call = dialect.call("search", "query", topic)
+        # tags: the turn stops at </search>, so the rest is never sampled; hermes: it ends at eos
+        return f"<think>I need to search.</think>{call}" + (
+            " trailing text never sampled" * (dialect == TAGS)
+        )
     return "<think>Found it.</think><answer> Paris </answer>"
 
 
-def always_search(context: str) -> str:
-    n = response_part(context).count("<information>")
-    return f"<think>more</think><search> query number {n} </search>"
+def always_search(context: str, dialect: Dialect = TAGS) -> str:
+    n = dialect.results_seen(context)
+    return f"<think>more</think>{dialect.call('search', 'query', f'query number {n}')}"
 
 
 def make_manager(
@@ -58,16 +75,20 @@ def make_manager(
     max_obs_length=256,
     max_prompt_length=512,
     max_response_length=1024,
-    max_tokens_per_turn=64,
+    max_tokens_per_turn=None,  # 64; hermes calls are longer (JSON): 128
     policy="observe",
+    dialect=TAGS,
+    **fields,
 ):
     config = RolloutConfig(
         schedule=schedule,
         max_turns=max_turns,
         max_obs_length=max_obs_length,
-        max_tokens_per_turn=max_tokens_per_turn,
+        max_tokens_per_turn=max_tokens_per_turn or (64 if dialect == TAGS else 128),
         check_token_drift=True,
         tool_error_policy=policy,
+        **dialect.config,
+        **fields,
     )
     return LLMGenerationManager(
         engine,
@@ -84,9 +105,11 @@ def prompts(tokenizer, questions=QUESTIONS, data_source="nq"):
 
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
-def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule):
-    engine = ScriptedEngine(tokenizer, search_then_answer)
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=1)], schedule=schedule)
+def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule, dialect):
+    engine = ScriptedEngine(tokenizer, lambda ctx: search_then_answer(ctx, dialect))
+    manager = make_manager(
+        engine, tokenizer, [SearchTool(retriever_url, topk=1)], schedule=schedule, dialect=dialect
+    )
     result = manager.run(prompts(tokenizer), n=2)
     trajs = result.trajectories
     batch = assert_rollout_invariants(trajs, engine, tokenizer)
@@ -95,13 +118,19 @@ def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule):
     for t, text in zip(trajs, batch["response_text"], strict=True):
         assert (t.num_turns, t.num_tool_calls, t.num_valid_actions, t.finished) == (2, 1, 2, True)
         assert t.tool_calls == {"search": 1} and t.tool_failures == 0 and not t.truncation.any
-        # the turn stopped at </search>: the sampled text ends there and the rest was never sampled
-        assert "</search>\n\n<information>Doc 1(Title:" in text and "trailing text" not in text
+        assert t.tool_calls_invalid == {} and t.calls_over_budget == 0
+        assert [(c.turn, c.name, c.status) for c in t.calls] == [(0, "search", "ok")]
+        if dialect == TAGS:
+            # the turn stopped at </search>: the sampled text ends there and the rest was never sampled
+            assert "</search>\n\n<information>Doc 1(Title:" in text and "trailing text" not in text
+        else:
+            assert "</tool_call>\ntool\n<tool_response>\nDoc 1(Title:" in text
         assert text.endswith("<answer> Paris </answer>")
         assert t.token_drift is not None
     assert 'Doc 1(Title: "Paris")' in batch["response_text"][0]
-    # the turn's stop strings are the tool's closing tag and </answer>
-    assert {c.params.stop for c in engine.calls} == {("</search>", "</answer>")}
+    # tags: the turn's stop strings are the tool's closing tag and </answer>; hermes: eos alone
+    stops = ("</search>", "</answer>") if dialect == TAGS else ()
+    assert {c.params.stop for c in engine.calls} == {stops}
     assert all(c.batched == (schedule == "lockstep") for c in engine.calls)
     metrics = result.metrics  # the rollout returns its metrics with its trajectories
     assert metrics == rollout_metrics(trajs, ["search"]) | {
@@ -114,12 +143,17 @@ def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule):
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
 def test_seeded_rollouts_give_every_row_turn_and_step_its_own_random_stream(
-    tokenizer, retriever_url, schedule
+    tokenizer, retriever_url, schedule, dialect
 ):
     """8 trajectories x 3 turns sample from 24 distinct seeds; the next step's seed shares none."""
-    engine = SeedRecordingEngine(tokenizer, always_search)
+    engine = SeedRecordingEngine(tokenizer, lambda ctx: always_search(ctx, dialect))
     manager = make_manager(
-        engine, tokenizer, [SearchTool(retriever_url, topk=1)], schedule=schedule, max_turns=2
+        engine,
+        tokenizer,
+        [SearchTool(retriever_url, topk=1)],
+        schedule=schedule,
+        max_turns=2,
+        dialect=dialect,
     )
     specs = prompts(tokenizer, [*QUESTIONS, "Which planet is the largest?"])
     used = {}
@@ -192,6 +226,7 @@ def test_collate_contract(tokenizer, retriever_url):
         "response_text",
         "num_turns",
         "tool_calls",
+        "tool_calls_invalid",
         "answer",
         "num_valid_actions",
         "num_invalid_actions",
@@ -208,19 +243,24 @@ def test_collate_contract(tokenizer, retriever_url):
 
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
-def test_max_turns_then_forced_final_answer_turn(tokenizer, retriever_url, schedule):
+def test_max_turns_then_forced_final_answer_turn(tokenizer, retriever_url, schedule, dialect):
     def policy(context: str) -> str:
-        if FINAL_TURN_NOTE in response_part(context):
+        if FINAL_TURN_NOTE in dialect.response(context):
             return "<answer> Paris </answer>"
-        return always_search(context)
+        return always_search(context, dialect)
 
     engine = ScriptedEngine(tokenizer, policy)
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], schedule=schedule, max_turns=3)
+    manager = make_manager(
+        engine, tokenizer, [SearchTool(retriever_url)], schedule=schedule, max_turns=3, dialect=dialect
+    )
     (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     assert (t.num_tool_calls, t.num_turns, t.finished) == (3, 4, True)
     stops = [c.params.stop for c in engine.calls]
-    assert stops == [("</search>", "</answer>")] * 3 + [("</answer>",)]
+    if dialect == TAGS:
+        assert stops == [("</search>", "</answer>")] * 3 + [("</answer>",)]
+    else:
+        assert stops == [()] * 4
     # only the observation after the last allowed search carries the note
     text = tokenizer.decode(t.response_ids)
     assert text.count(FINAL_TURN_NOTE) == 1 and text.index(FINAL_TURN_NOTE) > text.index("query number 2")
@@ -229,14 +269,18 @@ def test_max_turns_then_forced_final_answer_turn(tokenizer, retriever_url, sched
     assert all(out in text and FINAL_TURN_NOTE not in out for _, out in t.tool_outputs)
 
 
-def test_policy_that_never_answers_stops_after_final_turn(tokenizer, retriever_url):
-    engine = ScriptedEngine(tokenizer, always_search)
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=2)
-    (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
+def test_policy_that_never_answers_stops_after_final_turn(tokenizer, retriever_url, dialect):
+    engine = ScriptedEngine(tokenizer, lambda ctx: always_search(ctx, dialect))
+    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], max_turns=2, dialect=dialect)
+    result = manager.run(prompts(tokenizer, QUESTIONS[:1]))
+    (t,) = result.trajectories
     assert_rollout_invariants([t], engine, tokenizer)
-    # two searches executed; the final turn's <search> is not a stop string, runs to eos, is invalid
+    # two searches executed; on the final turn a call is no action (tags: <search> is not a stop
+    # string there and the turn runs to eos), counted as such
     assert (t.num_tool_calls, t.num_turns, t.num_invalid_actions, t.finished) == (2, 3, 1, False)
-    assert t.finish_reasons == ["stop", "stop", "eos"]
+    assert t.finish_reasons == (["stop", "stop", "eos"] if dialect == TAGS else ["eos"] * 3)
+    assert t.tool_calls_invalid == {"no_action": 1}
+    assert result.metrics["rollout/tool_calls/invalid/no_action"] == 1
 
 
 def test_invalid_action_gets_hint_and_counts(tokenizer, retriever_url):
@@ -255,34 +299,43 @@ def test_invalid_action_gets_hint_and_counts(tokenizer, retriever_url):
     assert t.tool_outputs == [], "a hint is not a tool output"
 
 
-def test_turn_budget_hit_is_counted(tokenizer, retriever_url):
+def test_turn_budget_hit_is_counted(tokenizer, retriever_url, dialect):
     engine = ScriptedEngine(
         tokenizer, lambda ctx: "<think>" + "very long thoughts " * 20 + "</think><answer> x </answer>"
     )
     manager = make_manager(
-        engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=16
+        engine, tokenizer, [SearchTool(retriever_url)], max_turns=1, max_tokens_per_turn=16, dialect=dialect
     )
     (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     assert t.truncation.turn_budget_hits == 2 and t.num_invalid_actions == 2 and not t.finished
+    assert t.tool_calls_invalid == {"truncated": 2}
     assert all(len(c.result.token_ids) == 16 for c in engine.calls)
 
 
-def test_observation_truncated_to_max_obs_length_keeps_closing_tag(tokenizer, retriever_url):
+def test_observation_truncated_to_max_obs_length_keeps_closing_tag(tokenizer, retriever_url, dialect):
     engine = ScriptedEngine(
         tokenizer,
         lambda ctx: (
-            "<search> capital of Germany museums </search>"
-            if "<information>" not in response_part(ctx)
+            dialect.call("search", "query", "capital of Germany museums")
+            if not dialect.results_seen(ctx)
             else "<answer> Berlin </answer>"
         ),
     )
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=3)], max_obs_length=80)
+    manager = make_manager(
+        engine, tokenizer, [SearchTool(retriever_url, topk=3)], max_obs_length=80, dialect=dialect
+    )
     (t,) = manager.run(prompts(tokenizer, QUESTIONS[:1])).trajectories
     assert_rollout_invariants([t], engine, tokenizer)
     obs = [(s, e) for seg, s, e in t.segment_spans if seg == Segment.OBSERVATION]
-    assert len(obs) == 1 and obs[0][1] - obs[0][0] == 80
-    assert tokenizer.decode(t.response_ids[obs[0][0] : obs[0][1]]).endswith("</information>\n\n")
+    assert len(obs) == 1
+    # tags: exactly the budget (the wrapper whole); hermes: the template re-rendered around the cut
+    assert obs[0][1] - obs[0][0] == 80 if dialect == TAGS else 60 < obs[0][1] - obs[0][0] <= 80
+    closing = (
+        "</information>\n\n" if dialect == TAGS else "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    text = tokenizer.decode(t.response_ids[obs[0][0] : obs[0][1]], skip_special_tokens=False)
+    assert text.endswith(closing)
     assert t.truncation.observations_cut == 1 and t.truncation.observation_tokens_cut > 0 and t.finished
 
 
@@ -338,16 +391,17 @@ def test_group_ids_unique_across_datasets_and_calls(tokenizer, retriever_url):
 
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
-def test_retriever_down_observe_continues_with_error(tokenizer, dead_url, schedule):
-    engine = ScriptedEngine(tokenizer, search_then_answer)
+def test_retriever_down_observe_continues_with_error(tokenizer, dead_url, schedule, dialect):
+    engine = ScriptedEngine(tokenizer, lambda ctx: search_then_answer(ctx, dialect))
     tool = SearchTool(dead_url, timeout_s=0.5, max_retries=1)
-    manager = make_manager(engine, tokenizer, [tool], schedule=schedule)
+    manager = make_manager(engine, tokenizer, [tool], schedule=schedule, dialect=dialect)
     trajs = manager.run(prompts(tokenizer, QUESTIONS[:2])).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
     for t in trajs:
-        assert t.tool_failures == 1 and t.finished
+        assert t.tool_failures == 1 and t.finished and t.tool_calls == {"search": 1}
+        assert [c.status for c in t.calls] == ["failed"]
         text = tokenizer.decode(t.response_ids)
-        assert "<information>Error: the tool call failed (RetrieverUnavailable: retriever at" in text
+        assert dialect.result_open + "Error: the tool call failed (RetrieverUnavailable: retriever at" in text
         assert dead_url in text
 
 
@@ -382,18 +436,18 @@ class FlakyTool:
 
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
-def test_tool_failure_costs_only_its_trajectory(tokenizer, schedule):
+def test_tool_failure_costs_only_its_trajectory(tokenizer, schedule, dialect):
     queries = {"q-ok": "fine", "q-boom": "boom", "q-hang": "hang"}
 
     def policy(context: str) -> str:
-        if "<information>" in response_part(context):
+        if dialect.results_seen(context):
             return "<answer> done </answer>"
         key = next(k for k in queries if k in context)
-        return f"<search>{queries[key]}</search>"
+        return dialect.call("search", "query", queries[key])
 
     engine = ScriptedEngine(tokenizer, policy)
     tool = FlakyTool()
-    manager = make_manager(engine, tokenizer, [tool], schedule=schedule)
+    manager = make_manager(engine, tokenizer, [tool], schedule=schedule, dialect=dialect)
     trajs = manager.run(prompts(tokenizer, list(queries))).trajectories
     assert_rollout_invariants(trajs, engine, tokenizer)
     ok, boom, hang = trajs
@@ -463,11 +517,11 @@ def test_bad_config_is_rejected_by_name(tokenizer):
         PromptSpec(prompt_ids=[])
 
 
-def test_dump_and_viewer(tokenizer, retriever_url, tmp_path):
-    engine = ScriptedEngine(tokenizer, search_then_answer)
-    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)])
+def test_dump_and_viewer(tokenizer, retriever_url, tmp_path, dialect):
+    engine = ScriptedEngine(tokenizer, lambda ctx: search_then_answer(ctx, dialect))
+    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url)], dialect=dialect)
     trajs = manager.run(
-        prompts(tokenizer, QUESTIONS[:2]), sampling=SamplingParams(max_new_tokens=64)
+        prompts(tokenizer, QUESTIONS[:2]), sampling=SamplingParams(max_new_tokens=128)
     ).trajectories
     path = dump_trajectories(trajs, tmp_path / "dump.jsonl", tokenizer, rewards=[1.0, 0.0], step=3)
     records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -478,10 +532,25 @@ def test_dump_and_viewer(tokenizer, retriever_url, tmp_path):
     assert "".join(s["text"] for s in rec["spans"]) == tokenizer.decode(
         rec["response_ids"], skip_special_tokens=False
     )
-    assert rec["spans"][1]["text"].startswith("\n\n<information>") and rec["spans"][1]["loss_mask"] == 0
+    assert dialect.result_open in rec["spans"][1]["text"] and rec["spans"][1]["loss_mask"] == 0
+    # every call with its arguments, status and the tool message the policy read for it
+    (call,) = rec["calls"]
+    assert {k: call[k] for k in ("turn", "name", "arguments", "status")} == {
+        "turn": 0,
+        "name": "search",
+        "arguments": {"query": "capital of France"},
+        "status": "ok",
+    }
+    # the message before the observation's cut to max_obs_length
+    assert call["message"].startswith("Doc 1(Title:") and call["message"][:60] in rec["spans"][1]["text"]
+    assert rec["tool_calls_invalid"] == {} and rec["calls_over_budget"] == 0
 
     out = tmp_path / "dump.html"
     subprocess.run([sys.executable, "-m", "agentrl.agent.viewer", str(path), "--out", str(out)], check=True)
     page = out.read_text()
     assert page.count('<span class="observation" title') == 2 and page.count('<span class="model" title') == 4
-    assert "&lt;information&gt;" in page
+    assert ("&lt;information&gt;" if dialect == TAGS else "&lt;tool_response&gt;") in page
+    assert (
+        page.count('<table class="calls">') == 2
+        and "{&quot;query&quot;: &quot;capital of France&quot;}" in page
+    )

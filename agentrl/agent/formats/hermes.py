@@ -155,6 +155,8 @@ class HermesFormat:
             return _malformed(
                 "invalid_json", f"the call is not valid JSON ({exc.msg} at character {exc.pos})"
             )
+        except RecursionError:  # json's decoder gives up on deep nesting with this, not a JSONDecodeError
+            return _malformed("invalid_json", "the call is not valid JSON (it nests too deeply)")
         if not isinstance(obj, dict):
             return _malformed("not_an_object", f"the call must be one JSON object, got a {_json_kind(obj)}")
         name = obj.get("name")

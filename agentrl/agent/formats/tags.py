@@ -100,6 +100,10 @@ class TagsFormat:
             arguments = json.loads(action.content)
         except json.JSONDecodeError as exc:
             return ParsedCall(name, None, "invalid_json", f"<{action.tag}> takes a JSON object ({exc.msg})")
+        except RecursionError:  # json's decoder gives up on deep nesting with this
+            return ParsedCall(
+                name, None, "invalid_json", f"<{action.tag}> takes a JSON object (nested too deeply)"
+            )
         if not isinstance(arguments, dict):
             return ParsedCall(name, None, "bad_arguments", f"<{action.tag}> takes a JSON object")
         return ParsedCall(name, arguments)
