@@ -7,11 +7,13 @@ import asyncio
 import pytest
 
 from agentrl.agent.actions import parse_action
+from agentrl.agent.formats import ToolMessage, build_format
 from agentrl.agent.observations import FINAL_TURN_NOTE, OBS_SUFFIX, ObservationEncoder, encode_text
 from agentrl.agent.tools.calculator import CalculationError, CalculatorTool, evaluate
 from agentrl.agent.tools.registry import build_tool, build_tools
 from agentrl.agent.tools.search import SearchTool, format_documents
-from agentrl.config.schema import ToolConfig
+from agentrl.agent.tools.typed import as_typed
+from agentrl.config.schema import RolloutConfig, ToolConfig
 
 
 @pytest.mark.parametrize(
@@ -37,23 +39,53 @@ def test_final_turn_ignores_tool_tags():
     assert parse_action("<search> q </search>", []).kind == "invalid"
 
 
-def test_observation_truncation_keeps_closing_tag(tokenizer):
-    enc = ObservationEncoder(tokenizer, max_obs_length=80)
-    short = enc.encode("Doc 1(Title: x) short")
+SEARCH_SPEC = as_typed(SearchTool("http://x")).spec
+
+
+def tool_format(name: str, tokenizer):
+    """The rollout's format of that name for the search tool (hermes: the project's template)."""
+    fields = {"tool_format": "hermes", "chat_template": "hermes"} if name == "hermes" else {}
+    return build_format(RolloutConfig(**fields), tokenizer, [SEARCH_SPEC])
+
+
+@pytest.mark.parametrize("format_name", ["tags", "hermes"])
+def test_observation_truncation_keeps_closing_tag(tokenizer, format_name):
+    """Cut to ``max_obs_length``, an observation keeps its closing (tags: ``</information>``;
+    hermes: the tool turn's end and the next assistant header) and the final-turn note."""
+    fmt = tool_format(format_name, tokenizer)
+
+    def encode(text: str, final_turn: bool = False):
+        message = [ToolMessage("search", text)]
+        return fmt.observation(message, turn_closed=True, final_turn=final_turn, max_obs_length=80)
+
+    closing = (
+        "</information>\n\n"
+        if format_name == "tags"
+        else "\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
+    short = encode("Doc 1(Title: x) short")
     assert short.tokens_cut == 0
-    assert tokenizer.decode(short.ids) == "\n\n<information>Doc 1(Title: x) short</information>\n\n"
+    short_text = tokenizer.decode(short.ids, skip_special_tokens=False)
+    if format_name == "tags":
+        assert short_text == "\n\n<information>Doc 1(Title: x) short</information>\n\n"
+        assert short == ObservationEncoder(tokenizer, max_obs_length=80).encode("Doc 1(Title: x) short")
+    else:
+        assert short_text == f"\n<|im_start|>tool\n<tool_response>\nDoc 1(Title: x) short{closing}"
 
     long_text = "many words here " * 50
-    obs = enc.encode(long_text)
-    assert len(obs.ids) == 80
-    assert obs.tokens_cut == len(encode_text(tokenizer, long_text)) - (
-        80 - len(encode_text(tokenizer, "\n\n<information>")) - len(encode_text(tokenizer, OBS_SUFFIX))
-    )
-    assert tokenizer.decode(obs.ids).endswith("</information>\n\n")
+    obs = encode(long_text)
+    if format_name == "tags":  # exactly the budget, the inner tokens cut
+        assert len(obs.ids) == 80
+        assert obs.tokens_cut == len(encode_text(tokenizer, long_text)) - (
+            80 - len(encode_text(tokenizer, "\n\n<information>")) - len(encode_text(tokenizer, OBS_SUFFIX))
+        )
+    else:  # the content cut and the template rendered around it again: within the budget
+        assert 60 < len(obs.ids) <= 80 and obs.tokens_cut > 0
+    assert tokenizer.decode(obs.ids, skip_special_tokens=False).endswith(closing)
 
-    final = enc.encode(long_text, final_turn=True)
-    assert len(final.ids) == 80 and tokenizer.decode(final.ids).endswith(
-        FINAL_TURN_NOTE + "</information>\n\n"
+    final = encode(long_text, final_turn=True)
+    assert len(final.ids) <= 80 and tokenizer.decode(final.ids, skip_special_tokens=False).endswith(
+        FINAL_TURN_NOTE + closing
     )
 
 
@@ -137,15 +169,21 @@ def test_registry_errors_name_the_problem():
         build_tool(ToolConfig("collections.OrderedDict"))
 
 
-def test_messages_are_encoded_through_the_chat_template_or_as_plain_text(tokenizer):
+@pytest.mark.parametrize("format_name", ["tags", "hermes"])
+def test_messages_are_encoded_through_the_chat_template_or_as_plain_text(tokenizer, format_name):
     from agentrl.agent.prompts import encode_messages
     from agentrl.data.qa import make_prompt
 
     messages = [{"role": "user", "content": make_prompt("What is the capital of France?")}]
-    text = tokenizer.decode(encode_messages(tokenizer, messages), skip_special_tokens=False)
-    assert text.startswith("<|im_start|>user\nAnswer the question below.") and text.endswith(
-        "<|im_start|>assistant\n"
-    )
+    ids = tool_format(format_name, tokenizer).prompt_ids(messages, [SEARCH_SPEC])
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    if format_name == "tags":  # the data's own encoding, no tools rendered
+        assert ids == encode_messages(tokenizer, messages)
+        assert text.startswith("<|im_start|>user\nAnswer the question below.")
+    else:  # the tools' schemas in the system turn, then the user's
+        assert text.startswith("<|im_start|>system\n") and '"name": "search"' in text
+        assert "<|im_end|>\n<|im_start|>user\nAnswer the question below." in text
+    assert text.endswith("<|im_start|>assistant\n")
     assert "Question: What is the capital of France?" in text
     raw = encode_messages(tokenizer, [{"role": "user", "content": "Q: Why?"}], chat=False)
     assert tokenizer.decode(raw, skip_special_tokens=True) == "Q: Why?"
