@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -147,6 +147,18 @@ def _checked_tools(tools: Mapping[str, Any] | Sequence[Any]) -> tuple[dict[str, 
             raise ValueError(f"tool {face.name!r} has tag {face.tag!r} but is registered under {tag!r}")
         typed.append(face)
     return by_tag, typed
+
+
+def prompt_encoder(
+    config: RolloutConfig, tokenizer: Any, tools: Mapping[str, Any] | Sequence[Any] | None = None
+) -> Callable[[list[dict[str, Any]]], list[int]]:
+    """How a rollout with ``config`` encodes a prompt's chat messages (its format, with its tools'
+    schemas in ``hermes``), for whoever must know the prompt's length before the rollout (the
+    training data's ``max_prompt_length`` check). Builds the tools and the format, checked."""
+    _, typed = _checked_tools(build_tools(config.tools) if tools is None else tools)
+    specs = [t.spec for t in typed]
+    fmt = build_format(config, tokenizer, specs, tags={t.name: t.tag for t in typed})
+    return lambda messages: fmt.prompt_ids(list(messages), specs)
 
 
 class LLMGenerationManager:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,15 +64,25 @@ class PromptDataset:
     overlong_ids: list[str] = field(default_factory=list)  # their row ids, in file order
 
 
-def prompt_spec(row: dict[str, Any], tokenizer: Any, source_file: str = "", index: int = 0) -> PromptSpec:
-    """One training row as the rollout takes it: its chat messages tokenized (through the chat
-    template when the tokenizer has one), and kept, so that a tool-call format that renders the
-    tools into the prompt (``hermes``) encodes them again; ``index`` when the row's
-    ``extra_info`` has none."""
+PromptEncoder = Callable[[list[dict[str, Any]]], list[int]]  # chat messages → prompt ids
+
+
+def prompt_spec(
+    row: dict[str, Any],
+    tokenizer: Any,
+    source_file: str = "",
+    index: int = 0,
+    encode: PromptEncoder | None = None,
+) -> PromptSpec:
+    """One training row as the rollout takes it: its chat messages tokenized by ``encode`` (the
+    rollout's, ``agent.generation.prompt_encoder``: with the tools' schemas in ``hermes``) or,
+    without it, through the tokenizer's chat template when it has one; the messages are kept,
+    so the rollout encodes them through its format; ``index`` when the row's ``extra_info``
+    has none."""
     extra = dict(row.get("extra_info") or {})
     messages = [dict(m) for m in row["prompt"]]
     return PromptSpec(
-        prompt_ids=encode_messages(tokenizer, messages),
+        prompt_ids=encode(messages) if encode is not None else encode_messages(tokenizer, messages),
         data_source=str(row["data_source"]),
         ground_truth=row["reward_model"]["ground_truth"],
         index=extra.get("index", index),
@@ -82,12 +92,16 @@ def prompt_spec(row: dict[str, Any], tokenizer: Any, source_file: str = "", inde
 
 
 def build_prompt_dataset(
-    files: list[str], tokenizer: Any, max_prompt_length: int, desc: str = "prompts"
+    files: list[str],
+    tokenizer: Any,
+    max_prompt_length: int,
+    desc: str = "prompts",
+    encode: PromptEncoder | None = None,
 ) -> PromptDataset:
     prompts, overlong = [], []
     rows = [(path, row) for path in files for row in read_rows(path)]
     for path, row in tqdm(rows, desc=f"tokenizing {desc}", disable=len(rows) < 2000):
-        spec = prompt_spec(row, tokenizer, str(Path(path).name), len(prompts))
+        spec = prompt_spec(row, tokenizer, str(Path(path).name), len(prompts), encode)
         if len(spec.prompt_ids) > max_prompt_length:
             overlong.append(str(row.get("id", spec.index)))
             continue
@@ -112,13 +126,15 @@ def overlong_warning(name: str, dataset: PromptDataset, max_prompt_length: int) 
     )
 
 
-def build_datasets(data: DataConfig, tokenizer: Any) -> tuple[PromptDataset, PromptDataset | None]:
-    """The training prompts and the validation prompts (None without ``data.val_files``); how
-    many of each were left out as longer than ``data.max_prompt_length``, and which, is printed
-    to stderr (``overlong_warning``)."""
-    train = build_prompt_dataset(data.train_files, tokenizer, data.max_prompt_length, "train")
+def build_datasets(
+    data: DataConfig, tokenizer: Any, encode: PromptEncoder | None = None
+) -> tuple[PromptDataset, PromptDataset | None]:
+    """The training prompts and the validation prompts (None without ``data.val_files``), encoded
+    by ``encode`` (``prompt_spec``); how many of each were left out as longer than
+    ``data.max_prompt_length``, and which, is printed to stderr (``overlong_warning``)."""
+    train = build_prompt_dataset(data.train_files, tokenizer, data.max_prompt_length, "train", encode)
     val = (
-        build_prompt_dataset(data.val_files, tokenizer, data.max_prompt_length, "validation")
+        build_prompt_dataset(data.val_files, tokenizer, data.max_prompt_length, "validation", encode)
         if data.val_files
         else None
     )

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from agentrl.agent.collate import collate
 from agentrl.agent.dump import dump_trajectories
-from agentrl.agent.generation import RolloutResult
+from agentrl.agent.generation import RolloutResult, prompt_encoder
 from agentrl.config.loader import to_yaml
 from agentrl.config.schema import ExperimentConfig
 from agentrl.core.advantages import AdvantageInputs, get_advantage_estimator, place_score_on_last_token
@@ -61,7 +61,8 @@ class PPOTrainer:
         )
         self.run_dir = Path(config.trainer.run_dir)
         self.tokenizer = load_tokenizer(actor.model_path)
-        self.train_data, self.val_data = build_datasets(config.data, self.tokenizer)
+        encode = prompt_encoder(actor.rollout, self.tokenizer)  # the rollout's: hermes adds the tools
+        self.train_data, self.val_data = build_datasets(config.data, self.tokenizer, encode)
         self.loader = StatefulLoader(
             self.train_data.prompts, config.data.train_batch_size, config.data.shuffle, config.data.seed
         )

@@ -28,12 +28,14 @@ from support.tool_conversations import (
 from agentrl.agent import LLMGenerationManager, PromptSpec, collate
 from agentrl.agent.formats import HERMES_TEMPLATE
 from agentrl.agent.formats.hermes import INVALID_TURN_HINT
+from agentrl.agent.generation import prompt_encoder
 from agentrl.agent.observations import FINAL_TURN_NOTE
 from agentrl.agent.prompts import encode_messages
 from agentrl.agent.tools.base import ToolResult
 from agentrl.agent.tools.spec import ToolSpec
 from agentrl.config.schema import ExperimentConfig, RewardConfig, RolloutConfig
 from agentrl.models.tiny import DEFAULT_TEXTS, train_tokenizer
+from agentrl.trainer.dataset import prompt_spec
 from agentrl.workers.base import RunContext
 from agentrl.workers.reward import RuleRewardWorker
 
@@ -395,6 +397,29 @@ def test_sessions_are_closed_when_the_rollout_fails(tokenizer, schedule):
     with pytest.raises(RuntimeError, match="boom"):
         manager.run(specs)
     assert counter.opened >= 1 and counter.opened == counter.closed
+
+
+# --- prompts --------------------------------------------------------------------------------
+
+
+def test_the_training_data_is_encoded_as_the_rollout_encodes_it(tokenizer):
+    """The data's length check sees the prompt the rollout generates from: in hermes, with the
+    tools' schemas; in tags, the data's own encoding, unchanged."""
+    row = {
+        "data_source": "nq",
+        "prompt": [{"role": "user", "content": "What is the capital of France?"}],
+        "reward_model": {"ground_truth": {"target": ["Paris"]}},
+    }
+    tools = [EchoTool("search")]
+    spec = prompt_spec(
+        row, tokenizer, encode=prompt_encoder(RolloutConfig(**HERMES.config), tokenizer, tools)
+    )
+    manager = hermes_manager(ScriptedEngine(tokenizer, lambda ctx: ""), tokenizer, tools)
+    assert manager.encode_prompt(spec).prompt_ids == spec.prompt_ids
+    assert '"name": "search"' in tokenizer.decode(spec.prompt_ids, skip_special_tokens=False)
+    plain = prompt_spec(row, tokenizer)
+    assert spec.messages == plain.messages == row["prompt"]
+    assert prompt_encoder(RolloutConfig(), tokenizer, tools)(row["prompt"]) == plain.prompt_ids
 
 
 # --- refusals -------------------------------------------------------------------------------
