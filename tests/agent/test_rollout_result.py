@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentrl.agent.formats import MALFORMED_REASONS
 from agentrl.agent.generation import RolloutResult
 from agentrl.agent.rollout_metrics import rollout_metrics
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
@@ -45,3 +46,24 @@ def test_a_figure_only_some_ranks_report_is_the_largest_of_those_that_do():
     ranks[1].add_per_rank({"actor/weight_sync_s": 2.0})
     assert RolloutResult.merge(ranks).metrics["actor/weight_sync_s"] == 2.0
     assert "actor/weight_sync_s" not in RolloutResult.merge(ranks[:1]).metrics
+
+
+def test_per_tool_counts_and_invalid_calls_by_reason_merge_over_the_ranks():
+    """A tool no rank's trajectories called keeps its count (0); ``invalid/<reason>`` is summed,
+    never mistaken for a tool."""
+    ranks = []
+    for rank, invalid in enumerate(({"invalid_json": 2}, {"invalid_json": 1, "schema": 1})):
+        traj = Trajectory(prompt=PromptSpec([1, 2]), group_id=f"g{rank}", uid=f"{rank}")
+        traj.tool_calls = {"search": rank + 1}
+        traj.tool_calls_invalid = dict(invalid)
+        ranks.append(RolloutResult([traj], rollout_metrics([traj], ["search", "lookup"])))
+    metrics = RolloutResult.merge(ranks).metrics
+    assert metrics["rollout/tool_calls/search"] == 1.5 and metrics["rollout/tool_calls/lookup"] == 0.0
+    assert (
+        metrics["rollout/tool_calls/invalid/invalid_json"] == 3
+        and metrics["rollout/tool_calls/invalid/schema"] == 1
+    )
+    per_tool = {k for k in metrics if k.startswith("rollout/tool_calls/") and "/invalid/" not in k}
+    assert per_tool == {"rollout/tool_calls/search", "rollout/tool_calls/lookup"}
+    reasons = {k.rsplit("/", 1)[1] for k in metrics if k.startswith("rollout/tool_calls/invalid/")}
+    assert reasons == set(MALFORMED_REASONS)
