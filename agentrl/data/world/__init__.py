@@ -13,6 +13,8 @@ The world, in relations::
     company --headquartered in--> city,  --founded in--> country
     person  --born in-->   city,   --works for--> company
 
+and, opt-in (``numbers=True``), a founding year per company and a birth year per person.
+
 Modules:
 
 - :mod:`.names`: the word pools and the maker of unique invented names.
@@ -20,12 +22,17 @@ Modules:
   and :func:`write_world`.
 - :mod:`.questions`: the one- and two-hop :class:`Question` records and their construction.
 - :mod:`.oracle`: scripted model turns (:func:`oracle_trajectory`, :func:`guess_trajectory`).
+- :mod:`.numbers`: the opt-in numeric facts (founding and birth years, ``generate_world(numbers=True)``)
+  and the arithmetic questions that need two searches and one ``calculate``.
+- :mod:`.hermes`: the scripted turns in the ``hermes`` tool-call format
+  (:func:`hermes_oracle_trajectory`, :func:`hermes_guess_trajectory`).
 - :mod:`.retrieval`: :func:`oracle_hit_rate`, the BM25 check of the oracle's queries.
 """
 
 from __future__ import annotations
 
 from .generation import World, generate_world, write_world
+from .hermes import hermes_call, hermes_guess_trajectory, hermes_oracle_trajectory
 from .oracle import Turn, guess_trajectory, oracle_text, oracle_trajectory
 from .questions import DATASET_NAME, ChainStep, Question
 from .retrieval import oracle_hit_rate
@@ -38,6 +45,9 @@ __all__ = [
     "World",
     "generate_world",
     "guess_trajectory",
+    "hermes_call",
+    "hermes_guess_trajectory",
+    "hermes_oracle_trajectory",
     "oracle_hit_rate",
     "oracle_text",
     "oracle_trajectory",

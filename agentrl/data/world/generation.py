@@ -2,6 +2,8 @@
 
 Every random draw comes from one ``random.Random(seed)`` in a fixed order (entities, then
 passages, then distractors, then the question shuffle), so a seed fixes the world exactly.
+The opt-in numeric facts and arithmetic questions (``numbers=True``, ``numbers.py``) draw
+from a generator of their own, so the default world is the same with or without that code.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from .names import (
     LANGUAGE_ENDINGS,
     OCCUPATIONS,
     NameMaker,
+)
+from .numbers import (
+    add_years,
+    birth_year_sentences,
+    founding_year_sentences,
+    make_arithmetic_questions,
+    numbers_rng,
 )
 from .questions import Question, make_questions
 
@@ -182,6 +191,7 @@ def _add_company_and_person_passages(
             co["name"],
             [
                 f"{co['name']} is {_indefinite(co['industry'])} company founded in {co['founded_in']}.",
+                *founding_year_sentences(co),
                 f"The headquarters of {co['name']} are in {co['headquarters']}.",
                 f"It employs about {co['employees']} people.",
             ],
@@ -193,6 +203,7 @@ def _add_company_and_person_passages(
             [
                 f"{p['name']} is {_indefinite(p['occupation'])}.",
                 f"{p['last']} was born in {p['birthplace']}.",
+                *birth_year_sentences(p),
                 f"The employer of {p['name']} is {p['employer']}, "
                 f"where {p['last']} has worked for {rng.randint(2, 30)} years.",
             ],
@@ -221,6 +232,24 @@ def _add_distractors(
         )
 
 
+def _add_arithmetic(
+    rng: random.Random,
+    companies: Table,
+    people: Table,
+    test_fraction: float,
+    train: list[Question],
+    test: list[Question],
+) -> None:
+    """Append the arithmetic questions, split like the others, after the one- and two-hop ones
+    (whose ids and split stay those of the world without numbers)."""
+    rows = make_arithmetic_questions(rng, companies, people)
+    rng.shuffle(rows)
+    n_test = max(1, round(len(rows) * test_fraction)) if rows else 0
+    first_test, first_train = len(test), len(train)
+    test += [Question(f"test_{first_test + i}", *q) for i, q in enumerate(rows[:n_test])]
+    train += [Question(f"train_{first_train + i}", *q) for i, q in enumerate(rows[n_test:])]
+
+
 def generate_world(
     seed: int = 0,
     num_countries: int = 24,
@@ -229,10 +258,13 @@ def generate_world(
     cities_per_country: int = 3,
     num_distractors: int = 80,
     test_fraction: float = 0.2,
+    numbers: bool = False,
 ) -> World:
     """Build a world deterministically from ``seed`` (same arguments -> identical world).
 
     Sizes are validated because a silently empty split would make training "work" on nothing.
+    ``numbers`` adds founding and birth years to the company and person passages and
+    arithmetic questions on them (:func:`_add_arithmetic`); off, nothing of it is drawn.
     """
     sizes = {
         "num_countries": num_countries,
@@ -247,6 +279,9 @@ def generate_world(
     countries, cities = _make_places(rng, names, num_countries, cities_per_country)
     companies = _make_companies(rng, names, num_companies, countries, cities)
     people = _make_people(rng, names, num_people, cities, companies)
+    nrng = numbers_rng(seed) if numbers else None
+    if nrng is not None:
+        add_years(nrng, companies, people)
     passages: Table = []
     _add_place_passages(passages, countries, cities)
     _add_company_and_person_passages(rng, passages, companies, people)
@@ -262,6 +297,9 @@ def generate_world(
     train = [Question(f"train_{i}", *q) for i, q in enumerate(train_raw)]
     test = [Question(f"test_{i}", *q) for i, q in enumerate(test_raw)]
     params = {"seed": seed, **sizes, "test_fraction": test_fraction}
+    if nrng is not None:
+        _add_arithmetic(nrng, companies, people, test_fraction, train, test)
+        params["numbers"] = True
     return World(seed, params, countries, cities, companies, people, passages, train, test)
 
 

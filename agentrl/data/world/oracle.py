@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from .generation import World
 from .questions import ChainStep, Question
 
-__all__ = ["Turn", "guess_trajectory", "oracle_text", "oracle_trajectory"]
+__all__ = ["Turn", "finding", "guess_trajectory", "oracle_text", "oracle_trajectory"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Turn:
     query: str | None = None
 
 
-def _finding(step: ChainStep) -> str:
+def finding(step: ChainStep) -> str:
     """What a search step established, as the oracle restates it: "The capital of X is Y.\""""
     return f"{step.need[0].upper()}{step.need[1:]} is {step.answer}."
 
@@ -46,7 +46,7 @@ def oracle_trajectory(question: Question | str, world: World | None = None) -> l
         lead = "I need to find" if i == 0 else "Now I need to find"
         thought = " ".join([*known, f"{lead} {step.need}."])
         turns.append(Turn(f"<think> {thought} </think>\n<search> {step.query} </search>", step.query))
-        known.append(_finding(step))
+        known.append(finding(step))
     answer = question.golden_answers[0]
     final = " ".join([*known, f"So the answer is {answer}."])
     turns.append(Turn(f"<think> {final} </think>\n<answer> {answer} </answer>"))
@@ -68,7 +68,7 @@ def guess_trajectory(question: Question, guess: str, searches: int = 0) -> list[
             f"searches must be in [0, {len(question.chain) - 1}] for a {question.hop}-hop question"
         )
     turns = oracle_trajectory(question)[:searches]
-    known = [_finding(step) for step in question.chain[:searches]]
+    known = [finding(step) for step in question.chain[:searches]]
     final = " ".join([*known, f"I already know the answer: {guess}."])
     turns.append(Turn(f"<think> {final} </think>\n<answer> {guess} </answer>"))
     return turns

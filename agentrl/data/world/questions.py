@@ -34,6 +34,14 @@ class Question:
     template: str
     subject: str  # the entity the question names
     chain: list[ChainStep]
+    # an arithmetic question's last step (``generate_world(numbers=True)``): the expression that
+    # turns the chain's answers into the gold answer, e.g. "1987 - 1923"; None for the others
+    calculation: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``arithmetic`` for a question with a calculation, else ``1hop`` / ``2hop``."""
+        return "arithmetic" if self.calculation is not None else f"{self.hop}hop"
 
     @property
     def search_queries(self) -> list[str]:
@@ -55,6 +63,7 @@ class Question:
                 template=record["template"],
                 subject=record["subject"],
                 chain=[ChainStep(**step) for step in record["answer_chain"]],
+                calculation=record.get("calculation"),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(
@@ -62,8 +71,9 @@ class Question:
             ) from None
 
     def to_json(self) -> dict[str, Any]:
-        """The QA jsonl record, same core fields as the real datasets plus oracle extras."""
-        return {
+        """The QA jsonl record, same core fields as the real datasets plus oracle extras
+        (``calculation`` only for an arithmetic question, so the others' records are as they were)."""
+        record = {
             "id": self.id,
             "question": self.question,
             "golden_answers": list(self.golden_answers),
@@ -75,6 +85,9 @@ class Question:
             "gold_passage_ids": self.gold_passage_ids,
             "answer_chain": [asdict(s) for s in self.chain],
         }
+        if self.calculation is not None:
+            record["calculation"] = self.calculation
+        return record
 
 
 # A question without its id: (question, golden_answers, hop, template, subject, chain).

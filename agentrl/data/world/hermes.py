@@ -1,0 +1,78 @@
+"""Scripted model turns in the ``hermes`` tool-call format: JSON calls to ``search`` and ``calculate``.
+
+The same solutions as :mod:`.oracle` (which writes Search-R1's tags), written as a chat model
+calls tools: each tool turn reasons in ``<think>``, then makes its calls as
+``<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` (the layout the project's
+Hermes-style template renders), and the last turn answers in ``<answer>``. An arithmetic
+question's two searches are independent, so one turn makes both calls (they run in parallel);
+the next turn calls ``calculate`` on the two years, and the last copies its result.
+
+Each turn ends with ``end_of_turn`` (pass the tokenizer's eos, e.g. ``<|im_end|>``: in this
+format a turn ends at the template's end-of-turn token, which the policy writes).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .oracle import Turn, finding
+from .questions import Question
+
+__all__ = ["hermes_call", "hermes_guess_trajectory", "hermes_oracle_trajectory"]
+
+
+def hermes_call(name: str, arguments: dict[str, Any]) -> str:
+    """One call as the policy writes it (and the Hermes-style template renders it)."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def _tool_turn(thought: str, calls: list[str], end_of_turn: str) -> Turn:
+    body = "\n".join(calls)
+    return Turn(f"<think> {thought} </think>\n{body}{end_of_turn}", body)
+
+
+def _answer_turn(thought: str, answer: str, end_of_turn: str) -> Turn:
+    return Turn(f"<think> {thought} </think>\n<answer> {answer} </answer>{end_of_turn}")
+
+
+def hermes_oracle_trajectory(
+    question: Question,
+    *,
+    search: tuple[str, str] = ("search", "query"),
+    calculate: tuple[str, str] = ("calculate", "expression"),
+    end_of_turn: str = "",
+) -> list[Turn]:
+    """The ideal response as hermes turns; ``search`` / ``calculate``: each tool's (name, argument).
+
+    One- and two-hop questions: one search per turn, as :func:`.oracle.oracle_trajectory` (the
+    second query is built from the first answer). Arithmetic questions: both searches in one
+    turn, ``calculate`` on the chain's answers in the next, then the answer. A turn's ``query``
+    holds its calls (set: the environment answers the turn).
+    """
+    answer = question.golden_answers[0]
+    known = [finding(step) for step in question.chain]
+    if question.calculation is None:
+        turns = []
+        for i, step in enumerate(question.chain):
+            lead = "I need to find" if i == 0 else "Now I need to find"
+            call = hermes_call(search[0], {search[1]: step.query})
+            turns.append(_tool_turn(" ".join([*known[:i], f"{lead} {step.need}."]), [call], end_of_turn))
+        final = " ".join([*known, f"So the answer is {answer}."])
+        return [*turns, _answer_turn(final, answer, end_of_turn)]
+    needs = " and ".join(step.need for step in question.chain)
+    searches = [hermes_call(search[0], {search[1]: step.query}) for step in question.chain]
+    compute = hermes_call(calculate[0], {calculate[1]: question.calculation})
+    return [
+        _tool_turn(f"I need to find {needs}.", searches, end_of_turn),
+        _tool_turn(
+            " ".join([*known, f"Now I need to compute {question.calculation}."]), [compute], end_of_turn
+        ),
+        _answer_turn(f"{question.calculation} is {answer}. So the answer is {answer}.", answer, end_of_turn),
+    ]
+
+
+def hermes_guess_trajectory(question: Question, guess: str, end_of_turn: str = "") -> list[Turn]:
+    """A shortcut: answer ``guess`` at once, without a tool call (as :func:`.oracle.guess_trajectory`
+    with no search: the turn opens "I already know …" where the oracle's opens "I need to find …")."""
+    return [_answer_turn(f"I already know the answer: {guess}.", guess, end_of_turn)]
