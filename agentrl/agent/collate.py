@@ -21,7 +21,8 @@ unique across the batch and across calls), ``uid`` (unique per trajectory),
 ``response_text`` (``render_response``: what the reward's tag grammar reads),
 ``num_turns``, ``tool_calls`` (dict: calls per tool name; a tag tool's is its tag),
 ``tool_calls_invalid`` (dict: malformed calls and invalid turns by reason; what the
-reward's ``format_penalty`` reads), ``num_valid_actions``,
+reward's ``format_penalty`` reads), ``tool_outputs`` (list: what the tools returned, in
+order; with the two counts, what the reward's ``hermes`` format check reads), ``num_valid_actions``,
 ``num_invalid_actions``, ``finished`` (ended with a complete answer), ``answer`` (its
 body, as the rollout accepted it within one model turn; None if none: what the reward
 scores), ``truncated`` (any truncation), ``obs_truncations`` (observations cut),
@@ -103,6 +104,7 @@ def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[
         "num_turns": [t.num_turns for t in trajectories],
         "tool_calls": [dict(t.tool_calls) for t in trajectories],
         "tool_calls_invalid": [dict(t.tool_calls_invalid) for t in trajectories],
+        "tool_outputs": [[text for _, text in t.tool_outputs] for t in trajectories],
         "num_valid_actions": [t.num_valid_actions for t in trajectories],
         "num_invalid_actions": [t.num_invalid_actions for t in trajectories],
         "finished": [t.finished for t in trajectories],

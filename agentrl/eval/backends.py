@@ -32,7 +32,7 @@ __all__ = [
     "resolve_model_dir",
     "retrieve",
     "retriever_info",
-    "tool_tags",
+    "tool_names",
 ]
 
 
@@ -148,6 +148,7 @@ def agent_tools(
     return built
 
 
-def tool_tags(tools: Sequence[Any]) -> list[str]:
-    """The tags of built tools, in order (the keys of ``tool_calls``, ``tool_calls/<tag>``)."""
-    return [as_typed(tool).tag for tool in tools]
+def tool_names(tools: Sequence[Any]) -> list[str]:
+    """The names of built tools, in order: the keys the rollout counts calls by in every tool-call
+    format (``Trajectory.tool_calls``, ``tool_calls/<name>``; a tag tool's name is its tag)."""
+    return [as_typed(tool).name for tool in tools]

@@ -58,7 +58,7 @@ from agentrl.eval.backends import (
     open_engine,
     resolve_model_dir,
     retrieve,
-    tool_tags,
+    tool_names,
 )
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
 from agentrl.eval.extraction import check_answer_rule
@@ -271,7 +271,7 @@ def evaluate(
 
     order = {(q.dataset, q.id): k for k, q in enumerate(q for qs in data.values() for q in qs)}
     records.sort(key=lambda r: order.get((r["dataset"], r["id"]), len(order)))
-    summary = aggregate(records, tools=tool_tags(tools))
+    summary = aggregate(records, tools=tool_names(tools))
     results = EvalResults(header, summary, records, out, time.perf_counter() - start, resumed)
     if out:
         results.write(out)

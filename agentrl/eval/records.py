@@ -21,6 +21,9 @@ records here, so their numbers agree. The rule, stated once:
 * ``retrieval_hit`` (gold in docs): a golden answer occurs on token boundaries in the
   documents the question was given (rag prompts) or in what the tools returned (agent),
   never in hints or notes; None when the question saw no documents.
+* Tool calls (``tool_calls``, by tool name, and ``num_searches``, the ``search`` tool's) are
+  the calls the rollout sent the tools, the same record in every tool-call format (``tags``,
+  ``hermes``), never re-read from the text.
 """
 
 from __future__ import annotations

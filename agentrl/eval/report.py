@@ -15,9 +15,10 @@ EM and F1 come with 95% percentile-bootstrap intervals over the questions (``em_
 ``em_hi``, ``f1_lo``, ``f1_hi``; ``agentrl.eval.stats.bootstrap_ci``), shown in the
 markdown table as ``0.312 [0.271, 0.353]``.
 
-Each tool's calls per question are ``tool_calls/<tag>`` (from the records' ``tool_calls``),
-beside ``searches`` (the ``search`` tool's, as it always was); they are in the metrics and
-the trainer's ``val/*``, not in the markdown table, whose columns stay fixed.
+Each tool's calls per question are ``tool_calls/<name>`` (from the records' ``tool_calls``:
+the calls the rollout sent each tool, by name, in every tool-call format; a tag tool's name
+is its tag), beside ``searches`` (the ``search`` tool's, as it always was); they are in the
+metrics and the trainer's ``val/*``, not in the markdown table, whose columns stay fixed.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ METRICS: dict[str, tuple[str, str, int]] = {
 # summary metrics that get a bootstrap interval ``<name>_lo`` / ``<name>_hi`` at CI_LEVEL
 CI_METRICS = ("em", "f1")
 CI_LEVEL = 0.95
-TOOL_CALLS = "tool_calls/"  # + a tool's tag: its calls per question
+TOOL_CALLS = "tool_calls/"  # + a tool's name: its calls per question
 
 
 def _tool_calls(record: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -68,8 +69,8 @@ def aggregate(
     with ``ci``, the :data:`CI_LEVEL` bootstrap interval of each of :data:`CI_METRICS` too
     (seeded: the same records give the same interval).
 
-    ``tool_calls/<tag>`` is reported in every group for each tag of ``tools`` (the run's tools,
-    so an unused one shows 0) and each tag any of ``records`` called (0 in a group that did not)."""
+    ``tool_calls/<name>`` is reported in every group for each name of ``tools`` (the run's tools,
+    so an unused one shows 0) and each tool any of ``records`` called (0 in a group that did not)."""
     records = list(records)
     tags = sorted({*tools, *(tag for r in records for tag in _tool_calls(r))})
     by_dataset: dict[str, list[Mapping[str, Any]]] = {}

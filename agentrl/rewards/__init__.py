@@ -1,4 +1,4 @@
-"""Rule-based rewards for search agents: answer matching, tag structure, scorers, batch scoring.
+"""Rule-based rewards for search agents: answer matching, the format check, scorers, batch scoring.
 
 Torch-free on purpose: the reward worker, evaluation scripts and tests import it cheaply.
 """
@@ -21,19 +21,25 @@ from agentrl.rewards.scorers import (
     Scorer,
     answer_metrics,
     format_score,
+    metrics_of,
 )
+from agentrl.rewards.structure import STRUCTURE_FORMATS, FormatCheck, RolloutCalls, check_format
 from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, extract_answer, information_texts, parse_response
 
 __all__ = [
     "DEFAULT_TOOL_TAGS",
+    "STRUCTURE_FORMATS",
+    "FormatCheck",
     "FormatScorer",
     "FormatValues",
     "MatchScorer",
     "RewardSettings",
+    "RolloutCalls",
     "ScoreInput",
     "ScoreOutput",
     "Scorer",
     "answer_metrics",
+    "check_format",
     "cover_exact_match",
     "exact_match",
     "extract_answer",
@@ -42,6 +48,7 @@ __all__ = [
     "gold_in_documents",
     "information_texts",
     "load_scorer",
+    "metrics_of",
     "normalize_answer",
     "parse_response",
     "register_scorer",

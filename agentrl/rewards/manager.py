@@ -14,6 +14,7 @@ from typing import Any
 
 from agentrl.rewards.registry import DEFAULT_METRIC, resolve_scorer
 from agentrl.rewards.scorers import FormatValues, ScoreInput, Scorer
+from agentrl.rewards.structure import RolloutCalls
 from agentrl.rewards.tags import DEFAULT_TOOL_TAGS
 
 __all__ = ["RewardSettings", "score_batch"]
@@ -87,13 +88,18 @@ def score_batch(
     *,
     answers: Sequence[str | None],
     tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
+    tool_format: str = "tags",
+    rollout_calls: Sequence[RolloutCalls] | None = None,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Score every response; return the scores and per-sample metric lists.
 
     ``answers[i]`` is the answer the rollout accepted for response i, or None
     (``ScoreInput.answer``; the batch field ``answer``). ``tool_tags`` are the run's tool
     tags (``RunContext.tool_tags``, from ``actor.rollout.tools``): the calls the format
-    check accepts and the tools ``tool_calls/<tag>`` counts.
+    check accepts and the tools ``tool_calls/<tag>`` counts. ``tool_format`` is the run's
+    tool-call format (``RunContext.tool_format``), which the format check reads in
+    (``agentrl.rewards.structure``); ``rollout_calls[i]`` is the rollout's record of response
+    i's calls, which the ``hermes`` check reads (None in ``tags``, which reads the text).
 
     ``metrics[name]`` has one value per sample; a sample whose scorer did not report
     ``name`` (mixed custom scorers) gets NaN there, so averages can use ``nanmean``.
@@ -106,6 +112,8 @@ def score_batch(
     }
     if extra_infos is not None:
         lengths["extra_infos"] = len(extra_infos)
+    if rollout_calls is not None:
+        lengths["rollout_calls"] = len(rollout_calls)
     for name, length in lengths.items():
         if length != n:
             raise ValueError(f"score_batch: {name} has {length} items but responses has {n}")
@@ -133,6 +141,8 @@ def score_batch(
             extra_info=(extra_infos[i] or {}) if extra_infos is not None else {},
             answer=answers[i],
             tool_tags=tags,
+            tool_format=tool_format,
+            rollout_calls=rollout_calls[i] if rollout_calls is not None else None,
         )
         try:
             out = cache[source](inp)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentrl.rewards.match import as_gold_list, cover_exact_match, exact_match, f1_score, normalize_answer
-from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, extract_answer, parse_response
+from agentrl.rewards.structure import RolloutCalls, check_format
+from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, extract_answer
 
 __all__ = [
     "MATCH_METRICS",
@@ -25,6 +26,7 @@ __all__ = [
     "answer_metrics",
     "format_score",
     "golds_from_ground_truth",
+    "metrics_of",
 ]
 
 MATCH_METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {
@@ -49,6 +51,10 @@ class ScoreInput:
     decoded sequence, which accepts such an answer.) For text that did not come from a
     rollout, ``from_text`` applies that last-match rule explicitly. ``tool_tags`` are the
     run's tool tags (``actor.rollout.tools``), the calls the tag grammar accepts.
+
+    ``tool_format`` is the run's tool-call format (``RunContext.tool_format``): what the
+    format check reads (``agentrl.rewards.structure``): the text under the tag grammar in
+    ``tags``, the rollout's record of the calls (``rollout_calls``) in ``hermes``.
     """
 
     response_text: str
@@ -57,6 +63,8 @@ class ScoreInput:
     extra_info: Mapping[str, Any] = field(default_factory=dict)
     answer: str | None = field(kw_only=True)
     tool_tags: tuple[str, ...] = field(default=DEFAULT_TOOL_TAGS, kw_only=True)
+    tool_format: str = field(default="tags", kw_only=True)
+    rollout_calls: RolloutCalls | None = field(default=None, kw_only=True)
 
     @classmethod
     def from_text(
@@ -68,7 +76,8 @@ class ScoreInput:
         tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
     ) -> ScoreInput:
         """A response that did not come from a rollout: its answer is the last complete
-        ``<answer>…</answer>`` outside retrieved documents (``extract_answer``)."""
+        ``<answer>…</answer>`` outside retrieved documents (``extract_answer``), its format
+        checked under the tag grammar (a ``hermes`` check needs the rollout's record)."""
         return cls(
             response_text,
             ground_truth,
@@ -115,25 +124,41 @@ def answer_metrics(
     answer: str | None,
     golds: Sequence[str],
     tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
+    *,
+    tool_format: str = "tags",
+    rollout_calls: RolloutCalls | None = None,
 ) -> dict[str, float]:
     """All per-response metrics the built-in scorers log (floats, so they average).
 
     Match metrics score ``answer`` (the rollout's accepted answer, see ``ScoreInput``); the
-    structure metrics read ``response_text`` under the grammar of ``tool_tags``:
-    ``tool_calls/<tag>`` counts each tool's complete calls (every tag, used or not), and
-    ``num_searches`` the ``<search>`` calls, as it always has.
+    structure metrics are the format check of ``tool_format`` (``structure.check_format``:
+    the text under the grammar of ``tool_tags`` in ``tags``, ``rollout_calls`` in ``hermes``):
+    ``well_formed``, ``retrieval_hit`` (a golden answer in what the tools returned),
+    ``tool_calls/<tag>`` for each tool of the run (used or not), and ``num_searches`` the
+    ``search`` tool's calls, as it always has.
     """
-    structure = parse_response(response_text, tool_tags)
-    info = [b.content for b in structure.blocks if b.tag == "information"]
+    check = check_format(response_text, answer, tool_tags, tool_format, rollout_calls)
     metrics = {name: (fn(answer, golds) if answer is not None else 0.0) for name, fn in MATCH_METRICS.items()}
     metrics.update(
         has_answer=float(answer is not None),
-        well_formed=float(structure.well_formed),
-        retrieval_hit=float(_retrieval_hit(info, golds)),
-        num_searches=float(structure.num_searches),
+        well_formed=float(check.well_formed),
+        retrieval_hit=float(_retrieval_hit(check.information, golds)),
+        num_searches=float(check.calls.get("search", 0)),
     )
-    metrics.update({f"tool_calls/{tag}": float(structure.count(tag)) for tag in tool_tags})
+    metrics.update({f"tool_calls/{tag}": float(check.calls[tag]) for tag in tool_tags})
     return metrics
+
+
+def metrics_of(inp: ScoreInput) -> dict[str, float]:
+    """:func:`answer_metrics` of one scorer input, in the run's tool-call format."""
+    return answer_metrics(
+        inp.response_text,
+        inp.answer,
+        golds_from_ground_truth(inp.ground_truth),
+        inp.tool_tags,
+        tool_format=inp.tool_format,
+        rollout_calls=inp.rollout_calls,
+    )
 
 
 @dataclass(frozen=True)
@@ -186,9 +211,7 @@ class MatchScorer:
             raise ValueError(f"unknown match metric {self.metric!r}; expected one of {sorted(MATCH_METRICS)}")
 
     def __call__(self, inp: ScoreInput) -> ScoreOutput:
-        metrics = answer_metrics(
-            inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth), inp.tool_tags
-        )
+        metrics = metrics_of(inp)
         return ScoreOutput(metrics[self.metric], metrics)
 
 
@@ -204,7 +227,5 @@ class FormatScorer:
             raise ValueError(f"unknown match metric {self.metric!r}; expected one of {sorted(MATCH_METRICS)}")
 
     def __call__(self, inp: ScoreInput) -> ScoreOutput:
-        metrics = answer_metrics(
-            inp.response_text, inp.answer, golds_from_ground_truth(inp.ground_truth), inp.tool_tags
-        )
+        metrics = metrics_of(inp)
         return ScoreOutput(format_score(metrics, metrics[self.metric], self.values), metrics)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from agentrl.config.schema import Device, ExperimentConfig, OptimConfig, Strategy, UpdateConfig
+from agentrl.config.schema import Device, ExperimentConfig, OptimConfig, Strategy, ToolFormat, UpdateConfig
 from agentrl.core.batch import Batch
 from agentrl.models.optim import build_optimizer
 from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharded_state, shard_model
@@ -97,6 +97,8 @@ class RunContext:
     old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
     # the tags of actor.rollout.tools, as the driver built them (trainer.tool_check): the reward's grammar
     tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS
+    # actor.rollout.tool_format: what the reward's format check reads (agentrl.rewards.structure)
+    tool_format: ToolFormat = "tags"
 
     @classmethod
     def from_config(
@@ -113,6 +115,7 @@ class RunContext:
             overlap_rollout=config.trainer.one_step_off_policy,
             old_log_prob_source="update_forward" if config.actor.skip_old_log_prob else "recomputed",
             tool_tags=tuple(tool_tags),
+            tool_format=config.actor.rollout.tool_format,
         )
 
 

@@ -1,7 +1,9 @@
 """The reward role: a score per trajectory, placed on its last model token by the trainer.
 
 The default is rule-based (``agentrl.rewards``: exact match on the final ``<answer>``,
-optionally format-aware, the tag grammar knowing the run's ``RunContext.tool_tags``);
+optionally format-aware, the format check in the run's ``RunContext.tool_format``: the tag
+grammar knowing the run's ``RunContext.tool_tags`` in ``tags``, the rollout's per-row record
+of the calls (the batch's ``tool_calls``, ``tool_calls_invalid``, ``tool_outputs``) in ``hermes``);
 ``reward.reward_model_path`` adds a learned scalar reward model whose output replaces the
 rule score. ``reward.format_penalty`` (> 0) is subtracted from the score of every
 trajectory with a malformed tool call or a turn that neither called nor answered (the
@@ -19,7 +21,7 @@ from agentrl.core.masked import last_true_index
 from agentrl.models.forward import no_grad_over_micro_batches
 from agentrl.models.layout import trim_padding
 from agentrl.models.loading import build_value_model
-from agentrl.rewards import score_batch
+from agentrl.rewards import RolloutCalls, score_batch
 from agentrl.workers.base import RoleWorker
 
 
@@ -37,6 +39,16 @@ def with_format_penalty(
     return scores - penalty * hit.to(scores.dtype)
 
 
+def rollout_calls(batch: Batch) -> list[RolloutCalls]:
+    """Each row's record of its calls, as the rollout made it (``agentrl.agent.collate``)."""
+    fields = ("tool_calls", "tool_calls_invalid", "tool_outputs")
+    missing = [name for name in fields if name not in batch]
+    if missing:
+        raise KeyError(f"the hermes format check needs the batch's {missing} (agentrl.agent.collate)")
+    rows = zip(*(batch[name] for name in fields), strict=True)
+    return [RolloutCalls(dict(calls), dict(invalid), tuple(outputs)) for calls, invalid, outputs in rows]
+
+
 class RuleRewardWorker(RoleWorker):
     """Scores rendered responses against ground truth with the registry's scorers."""
 
@@ -44,6 +56,7 @@ class RuleRewardWorker(RoleWorker):
         self.reward = reward
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+        tool_format = self.context.tool_format
         scores, per_sample = score_batch(
             list(batch["response_text"]),
             list(batch["ground_truth"]),
@@ -52,6 +65,8 @@ class RuleRewardWorker(RoleWorker):
             config=self.reward,
             answers=list(batch["answer"]),
             tool_tags=self.context.tool_tags,
+            tool_format=tool_format,
+            rollout_calls=rollout_calls(batch) if tool_format == "hermes" else None,
         )
         metrics = {
             f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values

@@ -227,6 +227,7 @@ def test_collate_contract(tokenizer, retriever_url):
         "num_turns",
         "tool_calls",
         "tool_calls_invalid",
+        "tool_outputs",
         "answer",
         "num_valid_actions",
         "num_invalid_actions",

@@ -362,6 +362,47 @@ def test_the_format_penalty_is_taken_from_the_score_of_a_trajectory_with_a_malfo
     assert penalised.tolist() == [1.0, 0.75] and metrics["reward/format_penalized"] == 0.5
 
 
+def test_the_reward_and_the_evaluator_count_a_hermes_runs_calls_per_tool_from_the_rollout(tokenizer):
+    """The reward role of a hermes run checks the format on the rollout's record (the batch's
+    tool_calls, tool_calls_invalid, tool_outputs), so a clean hermes trajectory is well formed
+    and its calls are counted per tool, as the evaluator's records count them."""
+    from agentrl.config.schema import ToolConfig
+    from agentrl.eval.records import records_of
+    from agentrl.eval.report import aggregate
+
+    def policy(ctx: str) -> str:
+        if turn_of(ctx):
+            return "<answer> Quenby </answer>"
+        return calls(("lookup", {"query": "Zorvia"})) if "clean" in ctx else calls(("lookup", {"q": 1}))
+
+    engine = ScriptedEngine(tokenizer, policy)
+    lookup = ScriptedResults(ToolSpec("lookup", "Look a name up.", ONE_STRING), {"Zorvia": "Quenby"})
+    manager = hermes_manager(engine, tokenizer, [EchoTool("search"), lookup])
+    prompts = [hermes_prompt(tokenizer, q, i, "Quenby") for i, q in enumerate(["clean?", "sloppy?"])]
+    trajs = manager.run(prompts).trajectories
+    batch = collate(trajs, tokenizer.pad_token_id, tokenizer)
+    assert batch["tool_outputs"].tolist() == [["Quenby"], []]
+    config = ExperimentConfig()
+    config.actor.rollout.tool_format = "hermes"
+    config.actor.rollout.tools = [ToolConfig(), ToolConfig("x.Lookup")]
+    context = RunContext.from_config(config, tool_tags=("search", "lookup"))
+    assert context.tool_format == "hermes"
+    scores, metrics = RuleRewardWorker(RewardConfig(format_score=True), context).compute_scores(batch)
+    assert scores.tolist() == [1.0, pytest.approx(0.8)]  # the sloppy call failed its schema: ill formed
+    assert metrics["reward/well_formed"] == 0.5 and metrics["reward/retrieval_hit"] == 0.5
+    assert metrics["reward/tool_calls/lookup"] == 0.5 and metrics["reward/tool_calls/search"] == 0.0
+    # the tags run's grammar finds no call in the same text: what a hermes run scored before
+    tags = RunContext.from_config(ExperimentConfig(), tool_tags=("search", "lookup"))
+    _, tag_metrics = RuleRewardWorker(RewardConfig(format_score=True), tags).compute_scores(batch)
+    assert tag_metrics["reward/well_formed"] == 0.0 and tag_metrics["reward/tool_calls/lookup"] == 0.0
+
+    records = records_of(trajs, tokenizer)
+    assert [r["tool_calls"] for r in records] == [{"lookup": 1}, {}]
+    assert [r["em"] for r in records] == [1.0, 1.0] and [r["num_searches"] for r in records] == [0, 0]
+    summary = aggregate(records, key="data_source", tools=["search", "lookup"])["nq"]
+    assert summary["tool_calls/lookup"] == 0.5 and summary["tool_calls/search"] == 0.0
+
+
 # --- sessions -------------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ import agentrl.eval
 import agentrl.eval.cli
 from agentrl.config.schema import ExperimentConfig, RolloutConfig, ToolConfig
 from agentrl.eval import EvalSettings
-from agentrl.eval.backends import tool_tags
+from agentrl.eval.backends import tool_names
 from agentrl.eval.harness import _manager, _tools
 
 SEARCH = "agentrl.agent.tools.search.SearchTool"
@@ -126,7 +126,7 @@ def test_the_agent_is_evaluated_with_every_tool_of_the_trained_config():
     settings = EvalSettings.from_experiment(cfg, topk=2, retriever_timeout_s=4.0)
     tools = _tools("agent", settings, URL)
     assert [type(t).__name__ for t in tools] == ["SearchTool", "CalculatorTool"]
-    assert tool_tags(tools) == ["find", "calculate"]
+    assert tool_names(tools) == ["find", "calculate"]
     found, calculator = tools
     # the evaluation's retriever, top-k and timeout; the tool's other options as trained
     assert (found.url, found.topk, found.request_timeout_s, found.max_retries) == (URL, 2, 4.0, 0)
@@ -137,7 +137,7 @@ def test_an_agent_without_a_search_tool_needs_no_retriever():
     cfg = trained_config()
     cfg.actor.rollout.tools = [ToolConfig(CALCULATOR)]
     settings = EvalSettings.from_experiment(cfg)
-    assert tool_tags(_tools("agent", settings, None)) == ["calculate"]
+    assert tool_names(_tools("agent", settings, None)) == ["calculate"]
     cfg.actor.rollout.tools = [ToolConfig(SEARCH)]
     with pytest.raises(ValueError, match="needs a retriever_url"):
         _tools("agent", EvalSettings.from_experiment(cfg), None)
