@@ -1,0 +1,54 @@
+"""An actor whose rollout engine plays a scripted hermes policy, for trainer tests through Ray.
+
+``ScriptedActorWorker`` is the real ``ActorWorker`` (its model, log-probs, loss, update and
+checkpoint) whose ``LLMGenerationManager`` is built exactly as the actor builds it (its
+``actor.rollout`` section: tools, tool-call format, budgets) around a scripted engine instead of
+the model's sampling: a random tiny model never writes a ``<tool_call>``, and a test of what
+happens to a call needs one. The class is importable by path so Ray workers load it (``tests/``
+is on the workers' ``PYTHONPATH``: ``agentrl.workers.group.worker_runtime_env``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from agentrl.agent import LLMGenerationManager
+from agentrl.workers.actor import ActorWorker
+from support.dialects import Dialect
+from support.scripted_engine import ScriptedEngine
+
+HERMES = Dialect("hermes")
+LOOKUP_KEY = "zorvia"
+
+
+def question_of(context: str) -> str:
+    """The question of a decoded prompt written by ``agentrl.data.qa.make_prompt``."""
+    return context.split("Question:", 1)[1].split("<|im_end|>", 1)[0].strip()
+
+
+def call(name: str, arguments: dict) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def lookup_and_search(context: str) -> str:
+    """Turn 1: the user's ``lookup`` and ``search`` in one turn (two calls, run concurrently);
+    turn 2: an answer."""
+    if HERMES.results_seen(context) == 0:
+        return call("lookup", {"key": LOOKUP_KEY}) + "\n" + call("search", {"query": question_of(context)})
+    return "<answer> Quenby </answer>"
+
+
+class ScriptedActorWorker(ActorWorker):
+    """The actor with :func:`lookup_and_search` as its rollout's engine (module docstring)."""
+
+    @property
+    def rollout(self) -> LLMGenerationManager:
+        if self._rollout is None:
+            self._rollout = LLMGenerationManager(
+                ScriptedEngine(self.tokenizer, lookup_and_search),
+                self.tokenizer,
+                self.actor.rollout,
+                max_prompt_length=self.context.max_prompt_length,
+                max_response_length=self.context.max_response_length,
+            )
+        return self._rollout
