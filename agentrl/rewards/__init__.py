@@ -23,12 +23,11 @@ from agentrl.rewards.scorers import (
     format_score,
     metrics_of,
 )
-from agentrl.rewards.structure import STRUCTURE_FORMATS, FormatCheck, RolloutCalls, check_format
+from agentrl.rewards.structure import FormatCheck, RolloutCalls, check_format
 from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, extract_answer, information_texts, parse_response
 
 __all__ = [
     "DEFAULT_TOOL_TAGS",
-    "STRUCTURE_FORMATS",
     "FormatCheck",
     "FormatScorer",
     "FormatValues",

@@ -6,10 +6,11 @@ passed to the reward role as ``RunContext.tool_format``) decides what is read:
 * ``tags`` (Search-R1's): the response text under the tag grammar (``tags.parse_response``):
   well formed when it is ``think (CALL information think)* answer``; a tool's calls are its
   complete ``<tag>`` blocks; what the tools returned is the ``<information>`` blocks.
-* ``hermes``: the rollout's own record of the response (:class:`RolloutCalls`, the batch's
-  ``tool_calls``, ``tool_calls_invalid`` and ``tool_outputs``), never the text again: the
-  rollout's parser already read every turn, and where a tool call or a tool message sits in
-  the text depends on the chat template. Well formed when the rollout accepted an answer and
+* ``hermes`` (and any other format: the rule does not depend on the dialect): the rollout's
+  own record of the response (:class:`RolloutCalls`, the batch's ``tool_calls``,
+  ``tool_calls_invalid`` and ``tool_outputs``), never the text again: the rollout's parser
+  already read every turn, and where a tool call or a tool message sits in the text depends
+  on the chat template. Well formed when the rollout accepted an answer and
   no call was malformed and no turn went without a call or an answer
   (``tool_calls_invalid`` is empty); a tool's calls are the calls the rollout sent it; what
   the tools returned is their outputs.
@@ -24,10 +25,9 @@ from dataclasses import dataclass, field
 
 from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, parse_response
 
-__all__ = ["STRUCTURE_FORMATS", "FormatCheck", "RolloutCalls", "check_format"]
+__all__ = ["TAGS", "FormatCheck", "RolloutCalls", "check_format"]
 
-# the tool-call formats the check knows (agentrl.config.schema.ToolFormat; a leaf cannot import it)
-STRUCTURE_FORMATS: tuple[str, ...] = ("tags", "hermes")
+TAGS = "tags"  # the one format whose check reads the text (agentrl.config.schema.ToolFormat)
 
 
 @dataclass(frozen=True)
@@ -59,19 +59,17 @@ def check_format(
     """The format check of one response in ``tool_format`` (module docstring); ``tool_tags``
     name the run's tools (a tag tool's name is its tag), each counted in ``calls``.
 
-    ``hermes`` needs ``rollout_calls``; ``tags`` reads only the text.
+    ``tags`` reads only the text; every other format needs ``rollout_calls``.
     """
-    if tool_format == "tags":
+    if tool_format == TAGS:
         structure = parse_response(response_text, tool_tags)
         information = tuple(b.content for b in structure.blocks if b.tag == "information")
         return FormatCheck(structure.well_formed, {t: structure.count(t) for t in tool_tags}, information)
-    if tool_format == "hermes":
-        if rollout_calls is None:
-            raise ValueError(
-                "the hermes format check reads the rollout's record of the calls (rollout_calls: the "
-                "batch's tool_calls, tool_calls_invalid and tool_outputs), and none was given"
-            )
-        well_formed = answer is not None and sum(rollout_calls.invalid.values()) == 0
-        calls = {t: int(rollout_calls.calls.get(t, 0)) for t in tool_tags}
-        return FormatCheck(well_formed, calls, tuple(rollout_calls.outputs))
-    raise ValueError(f"tool_format must be one of {list(STRUCTURE_FORMATS)}, got {tool_format!r}")
+    if rollout_calls is None:
+        raise ValueError(
+            f"the {tool_format} format check reads the rollout's record of the calls (rollout_calls: "
+            "the batch's tool_calls, tool_calls_invalid and tool_outputs), and none was given"
+        )
+    well_formed = answer is not None and sum(rollout_calls.invalid.values()) == 0
+    calls = {t: int(rollout_calls.calls.get(t, 0)) for t in tool_tags}
+    return FormatCheck(well_formed, calls, tuple(rollout_calls.outputs))

@@ -44,7 +44,7 @@ def rollout_calls(batch: Batch) -> list[RolloutCalls]:
     fields = ("tool_calls", "tool_calls_invalid", "tool_outputs")
     missing = [name for name in fields if name not in batch]
     if missing:
-        raise KeyError(f"the hermes format check needs the batch's {missing} (agentrl.agent.collate)")
+        raise KeyError(f"the format check needs the batch's {missing} (agentrl.agent.collate)")
     rows = zip(*(batch[name] for name in fields), strict=True)
     return [RolloutCalls(dict(calls), dict(invalid), tuple(outputs)) for calls, invalid, outputs in rows]
 
@@ -66,7 +66,7 @@ class RuleRewardWorker(RoleWorker):
             answers=list(batch["answer"]),
             tool_tags=self.context.tool_tags,
             tool_format=tool_format,
-            rollout_calls=rollout_calls(batch) if tool_format == "hermes" else None,
+            rollout_calls=None if tool_format == "tags" else rollout_calls(batch),
         )
         metrics = {
             f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values
