@@ -1,6 +1,7 @@
 """The CPU quickstart: watch a tiny policy learn to search, end to end, in minutes.
 
-    python -m agentrl.quickstart [--out runs/quickstart] [--short] [--seed 0] [--preset ppo] [key=value ...]
+    python -m agentrl.quickstart [--out runs/quickstart] [--short | --profile NAME] [--seed 0] [--preset ppo]
+                                 [key=value ...]
 
 Phases (``PHASES``; each timed, each printed as it starts and ends):
 
@@ -29,9 +30,12 @@ Extra ``key=value`` arguments override the PPO config (same keys as
 ``python -m agentrl.trainer.main``), e.g. ``algorithm.adv_estimator=grpo actor.rollout.n=4``.
 ``--short`` is the same code path on a smaller world with a few steps (the test suite
 runs it). The profiles' sizes and schedules are data: ``agentrl/quickstart/profiles/*.yaml``.
+``--profile two_tool`` trains the policy in the ``hermes`` format with two tools, search and
+calculate, on a world with numeric facts and arithmetic questions (``dialects.py``); not yet measured.
 The retriever is stopped and Ray shut down whatever happens.
 
-Modules: ``profiles`` (the YAML profiles as ``Profile``), ``demonstrations`` (QA rows per hop,
+Modules: ``profiles`` (the YAML profiles as ``Profile``), ``dialects`` (the tools and their call
+format: tags with search, or hermes with search and calculate), ``demonstrations`` (QA rows per hop,
 the SFT demonstrations), ``evaluation`` (the before/after evaluation), ``pipeline`` (the
 phases and ``run_quickstart``), ``report`` (``QuickstartResult``, ``report.md``/``.json``,
 plots), ``cli`` (``main``). The quickstart is the synthetic-world recipe on the spine the
@@ -50,7 +54,7 @@ from agentrl.quickstart.demonstrations import (
 )
 from agentrl.quickstart.evaluation import eval_settings, evaluate_policy, summarize
 from agentrl.quickstart.pipeline import PHASES, run_quickstart
-from agentrl.quickstart.profiles import FULL, PROFILES, SHORT, Profile
+from agentrl.quickstart.profiles import FULL, PROFILES, SHORT, TWO_TOOL, Profile
 from agentrl.quickstart.report import QuickstartResult, write_report
 
 __all__ = [
@@ -59,6 +63,7 @@ __all__ = [
     "PHASES",
     "PROFILES",
     "SHORT",
+    "TWO_TOOL",
     "Demonstrations",
     "Profile",
     "QuickstartResult",

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from agentrl.quickstart.pipeline import run_quickstart
-from agentrl.quickstart.profiles import FULL, SHORT
+from agentrl.quickstart.profiles import FULL, PROFILES, SHORT, Profile
 
 __all__ = ["main", "parse_args"]
 
@@ -29,14 +29,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--short", action="store_true", help="tiny world, a few steps: the same code path in ~2 min"
     )
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="a profile of agentrl/quickstart/profiles/ by name (default: full; two_tool: search and "
+        "calculate in the hermes format)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--preset", default="ppo", help="PPO config preset (ppo | grpo | a YAML file)")
     parser.add_argument("overrides", nargs="*", help="PPO config overrides, key=value")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.short and args.profile not in (None, SHORT.name):
+        parser.error(f"--short is --profile short; it cannot go with --profile {args.profile}")
+    return args
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def chosen_profile(args: argparse.Namespace) -> Profile:
+    """``--profile`` by name, else ``--short`` (= ``--profile short``), else ``full``."""
+    if args.profile is not None:
+        return PROFILES[args.profile]
+    return SHORT if args.short else FULL
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,9 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
 
     try:
-        result = run_quickstart(
-            args.out, SHORT if args.short else FULL, args.seed, args.overrides, args.preset
-        )
+        result = run_quickstart(args.out, chosen_profile(args), args.seed, args.overrides, args.preset)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

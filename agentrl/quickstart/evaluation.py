@@ -5,7 +5,8 @@ with no override), so the evaluation rolls out exactly what PPO trains and valid
 rollout section whole (turns, tokens a turn, observation length, schedule), its
 prompt/response budgets, validation batch size and greedy decoding, and its search tool's
 top-k, against its retriever. The records of ``agentrl.eval.evaluate`` are summarised
-overall and per hop (:func:`summarize`).
+overall and per kind of question (hop, arithmetic) (:func:`summarize`), with each named tool's
+calls per question when asked for (the two-tool profile).
 """
 
 from __future__ import annotations
@@ -42,12 +43,14 @@ def eval_settings(config: Any, seed: int = 0) -> Any:
     return EvalSettings.from_experiment(config, seed=seed)
 
 
-def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """``{"all": ..., "hop1": ..., "hop2": ...}``, each ``{"em", "searches", "finished", "n"}`` (means)."""
-    from agentrl.eval.report import aggregate
+def summarize(records: Sequence[Mapping[str, Any]], tools: Sequence[str] = ()) -> dict[str, dict[str, float]]:
+    """``{"all": ..., "hop1": ..., "hop2": ...}`` (and ``"arithmetic"`` when there are such questions),
+    each ``{"em", "searches", "finished", "n"}`` (means), plus ``calls/<tool>`` per question for each
+    of ``tools`` (none by default, so the quickstart's summary is as it always was)."""
+    from agentrl.eval.report import TOOL_CALLS, aggregate
 
-    groups = aggregate([{**r, "_all": "all"} for r in records], key="_all")
-    per_source = sorted(aggregate(records, key="data_source").items())
+    groups = aggregate([{**r, "_all": "all"} for r in records], key="_all", tools=tools)
+    per_source = sorted(aggregate(records, key="data_source", tools=tools).items())
     groups |= {hop_label(source): summary for source, summary in per_source}
     finished: dict[str, list[float]] = {}
     for r in records:
@@ -60,18 +63,24 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float
             "finished": sum(finished[group]) / len(finished[group]),
             "n": float(summary["n"]),
         }
+        | {f"calls/{tool}": float(summary[TOOL_CALLS + tool]) for tool in tools}
         for group, summary in groups.items()
     }
 
 
 def evaluate_policy(
-    model_dir: str | Path, rows_file: str | Path, config: Any, limit: int | None = None, seed: int = 0
+    model_dir: str | Path,
+    rows_file: str | Path,
+    config: Any,
+    limit: int | None = None,
+    seed: int = 0,
+    tools: Sequence[str] = (),
 ) -> dict[str, dict[str, float]]:
     """Greedy agent rollouts of the policy in ``model_dir`` on the QA rows of ``rows_file``, summarised.
 
     Runs ``agentrl.eval.evaluate`` in agent mode against the retriever of the PPO config's
     search tool, with :func:`eval_settings`; ``limit`` takes a seeded subset of the rows.
-    Tool errors stop it: a dead retriever must not quietly lower EM.
+    Tool errors stop it: a dead retriever must not quietly lower EM. ``tools``: as in :func:`summarize`.
     """
     from agentrl.eval import DatasetSpec, evaluate
 
@@ -86,11 +95,16 @@ def evaluate_policy(
         engine_kwargs={"max_batch_size": config.actor.rollout.max_batch_size, "dtype": "float32"},
         progress=False,
     )
-    return summarize(results.records)
+    return summarize(results.records, tools)
 
 
 def summary_line(result: Mapping[str, Any]) -> str:
-    """``EM 0.646, hop1 EM 0.618, hop2 EM 0.674, searches/question 1.49``."""
-    hops = [k for k in result if k.startswith("hop")]
-    parts = [f"EM {result['all']['em']:.3f}"] + [f"{h} EM {result[h]['em']:.3f}" for h in hops]
-    return ", ".join(parts) + f", searches/question {result['all']['searches']:.2f}"
+    """``EM 0.646, hop1 EM 0.618, hop2 EM 0.674, searches/question 1.49`` (with arithmetic EM and
+    each tool's calls/question when the summary has them)."""
+    kinds = [k for k in result if k.startswith("hop") or k == "arithmetic"]
+    parts = [f"EM {result['all']['em']:.3f}"] + [f"{h} EM {result[h]['em']:.3f}" for h in kinds]
+    calls = [k for k in result["all"] if k.startswith("calls/")]
+    per_tool = [f"{k.removeprefix('calls/')} calls/question {result['all'][k]:.2f}" for k in calls]
+    return ", ".join(
+        parts + ([f"searches/question {result['all']['searches']:.2f}"] if not calls else per_tool)
+    )

@@ -4,7 +4,8 @@ Each phase is a function of what earlier phases returned and returns its own val
 ``run_quickstart`` is the list of phases (``PHASES``, in that order), each run and timed by
 the recipes' ``PhaseRunner`` (``agentrl.recipes.phases``, without markers: a quickstart starts
 afresh every time), followed by the report, written once at the end. The retriever is stopped
-and Ray shut down whatever happens.
+and Ray shut down whatever happens. The profile's tools and their call format are decided once,
+as its :class:`~agentrl.quickstart.dialects.Dialect`, and handed to the phases that depend on it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from agentrl.quickstart.demonstrations import (
     record_demonstrations,
     tokenizer_texts,
 )
+from agentrl.quickstart.dialects import TAGS, Dialect, dialect_of
 from agentrl.quickstart.evaluation import evaluate_policy, summary_line
 from agentrl.quickstart.profiles import FULL, Profile
 from agentrl.quickstart.report import QuickstartResult, write_report
@@ -50,12 +52,12 @@ class WorldFiles:
     test: Path
 
 
-def make_world(out: Path, profile: Profile, seed: int) -> tuple[World, WorldFiles]:
+def make_world(out: Path, profile: Profile, seed: int, dialect: Dialect = TAGS) -> tuple[World, WorldFiles]:
     """Phase ``world``: the invented knowledge base, its corpus and its train/test rows."""
     world = generate_world(seed=seed, **profile.world)
     paths = write_world(world, out / "world")
-    train_rows = hop_rows(read_question_records(paths["train"]), "train")
-    test_rows = hop_rows(read_question_records(paths["test"]), "test")
+    train_rows = hop_rows(read_question_records(paths["train"]), "train", dialect.instruction)
+    test_rows = hop_rows(read_question_records(paths["test"]), "test", dialect.instruction)
     train_file, test_file = (
         write_rows(train_rows, out / "train.jsonl"),
         write_rows(test_rows, out / "test.jsonl"),
@@ -75,11 +77,12 @@ def build_index(corpus: Path, out: Path) -> Path:
     return index_dir
 
 
-def build_model(world: World, profile: Profile, out: Path, seed: int) -> Path:
+def build_model(world: World, profile: Profile, out: Path, seed: int, dialect: Dialect = TAGS) -> Path:
     """Phase ``model``: a BPE tokenizer trained on the world's text and a random tiny LM."""
     from agentrl.models.tiny import build_tiny_causal_lm, train_tokenizer
 
-    tokenizer = train_tokenizer(tokenizer_texts(world), profile.vocab_size)
+    texts = tokenizer_texts(world, dialect)
+    tokenizer = train_tokenizer(texts, profile.vocab_size, tool_call_tokens=dialect.tool_call_tokens)
     return build_tiny_causal_lm(
         tokenizer,
         out / "model",
@@ -101,11 +104,18 @@ def start_retriever(server: Any) -> str:
 
 
 def record_sft_data(
-    world: World, model_dir: Path, config: Any, profile: Profile, out: Path, seed: int
+    world: World,
+    model_dir: Path,
+    config: Any,
+    profile: Profile,
+    out: Path,
+    seed: int,
+    dialect: Dialect = TAGS,
 ) -> Demonstrations:
     """Phase ``sft_data``: oracle and shortcut demonstrations of the picked training questions."""
-    questions = pick_sft_questions(world, profile.sft_questions, seed)
-    return record_demonstrations(questions, profile.sft_shortcuts_per_demo, model_dir, config, out, seed)
+    questions = pick_sft_questions(world, profile.sft_questions, seed, profile.sft_arithmetic)
+    shortcuts = profile.sft_shortcuts_per_demo
+    return record_demonstrations(questions, shortcuts, model_dir, config, out, seed, dialect)
 
 
 @dataclass(frozen=True)
@@ -149,10 +159,11 @@ def train_sft(model_dir: Path, demos: Demonstrations, profile: Profile, out: Pat
 
 
 def evaluate_heldout(
-    model_dir: Path, test: Path, config: Any, limit: int | None, seed: int
+    model_dir: Path, test: Path, config: Any, limit: int | None, seed: int, tools: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """Phases ``eval_sft`` and ``eval_ppo``: greedy held-out EM and searches, overall and per hop."""
-    result = evaluate_policy(model_dir, test, config, limit, seed)
+    """Phases ``eval_sft`` and ``eval_ppo``: greedy held-out EM and searches, overall and per kind
+    (hop, arithmetic); with ``tools``, each one's calls per question too."""
+    result = evaluate_policy(model_dir, test, config, limit, seed, tools)
     print("  " + summary_line(result))
     return result
 
@@ -169,17 +180,24 @@ def train_ppo(config: Any, sft_dir: Path) -> Path:
 
 
 def ppo_overrides(
-    profile: Profile, out: Path, model_dir: Path, files: WorldFiles, url: str, user: Sequence[str], seed: int
+    profile: Profile,
+    out: Path,
+    model_dir: Path,
+    files: WorldFiles,
+    url: str,
+    user: Sequence[str],
+    seed: int,
+    dialect: Dialect = TAGS,
 ) -> list[str]:
-    """The PPO config overrides: the profile's, the run's paths and retriever, then the user's (which win)."""
-    tools = "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '" + url + "', topk: 1}}]"
+    """The PPO config overrides: the profile's, the run's paths, retriever and tools (the dialect's),
+    then the user's (which win)."""
     base = profile.ppo | {
         "seed": seed,
         "data.seed": seed,
         "actor.model_path": str(model_dir),
         "data.train_files": f"[{files.train}]",
         "data.val_files": f"[{files.test}]",
-        "actor.rollout.tools": tools,
+        **dialect.rollout_overrides(url),
         "trainer.run_dir": str(out / "ppo"),
         "trainer.val_before_train": True,
     }
@@ -212,17 +230,21 @@ def run_quickstart(
     from agentrl.config import load_config
     from retriever.process import RetrieverProcess
 
+    dialect = dialect_of(profile.tool_format, profile.calculator)
+    tools = ("search", "calculate") if dialect.calculator else ()  # per-tool counts in the report
     out, clock = prepare(out_dir), PhaseRunner(PHASES)
-    world, files = clock.run("world", "generating the invented world", make_world, out, profile, seed)
+    world, files = clock.run(
+        "world", "generating the invented world", make_world, out, profile, seed, dialect
+    )
     index_dir = clock.run("index", "building the BM25 index", build_index, files.corpus, out)
     model_dir = clock.run(
         "model",
         "training the tokenizer and building a random tiny LM",
-        lambda: build_model(world, profile, out, seed),
+        lambda: build_model(world, profile, out, seed, dialect),
     )
     server = RetrieverProcess(index_dir, log_path=out / "retriever.log")
     # Checked in full before the server starts or anything trains: a bad override fails here, by name.
-    overrides = ppo_overrides(profile, out, model_dir, files, server.retrieve_url, overrides, seed)
+    overrides = ppo_overrides(profile, out, model_dir, files, server.retrieve_url, overrides, seed, dialect)
     config = load_config(preset, overrides)
     limit = profile.eval_limit
     try:
@@ -230,7 +252,7 @@ def run_quickstart(
         demos = clock.run(
             "sft_data",
             "playing oracle solutions through the real rollout",
-            lambda: record_sft_data(world, model_dir, config, profile, out, seed),
+            lambda: record_sft_data(world, model_dir, config, profile, out, seed, dialect),
         )
         sft = clock.run(
             "sft",
@@ -240,7 +262,7 @@ def run_quickstart(
         before = clock.run(
             "eval_sft",
             "held-out evaluation after SFT",
-            lambda: evaluate_heldout(sft.model_dir, files.test, config, limit, seed),
+            lambda: evaluate_heldout(sft.model_dir, files.test, config, limit, seed, tools),
         )
         ppo_dir = clock.run(
             "ppo",
@@ -250,7 +272,7 @@ def run_quickstart(
         after = clock.run(
             "eval_ppo",
             "held-out evaluation after PPO",
-            lambda: evaluate_heldout(ppo_dir, files.test, config, limit, seed),
+            lambda: evaluate_heldout(ppo_dir, files.test, config, limit, seed, tools),
         )
     finally:
         server.stop()

@@ -1,8 +1,11 @@
 """The quickstart's profiles: sizes and schedules as data (``profiles/*.yaml``) in a typed ``Profile``.
 
 ``FULL`` (``profiles/full.yaml``) is ``make quickstart``; ``SHORT`` (``profiles/short.yaml``)
-is ``--short``, the same code path on a tiny world. Both take their PPO config overrides
-from ``profiles/ppo_common.yaml`` (named by their ``ppo_base`` key) and add their own on top.
+is ``--short``, the same code path on a tiny world. ``TWO_TOOL`` (``profiles/two_tool.yaml``,
+``--profile two_tool``) trains the policy in the ``hermes`` format with search and calculate on
+the world with numeric facts (``world: {numbers: true}``) and its arithmetic questions;
+``TWO_TOOL_SHORT`` is its smoke-sized twin. All take their PPO config overrides from
+``profiles/ppo_common.yaml`` (named by their ``ppo_base`` key) and add their own on top.
 They are read by the recipes' one profile loader (``agentrl.recipes.profiles.load_profile``):
 a key the ``Profile`` does not have, a missing key or a value of the wrong type fails at
 load time with a ``ProfileError`` naming the file and the key.
@@ -10,13 +13,22 @@ load time with a ``ProfileError`` naming the file and the key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentrl.recipes.profiles import BASE_KEY, load_profile
 
-__all__ = ["FULL", "PROFILES", "PROFILE_DIR", "SHORT", "Profile"]
+__all__ = [
+    "FULL",
+    "PROFILES",
+    "PROFILE_DIR",
+    "SHORT",
+    "TWO_TOOL",
+    "TWO_TOOL_SHORT",
+    "Profile",
+    "profile_record",
+]
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
@@ -45,8 +57,26 @@ class Profile:
     eval_limit: int | None  # held-out questions in the before/after evaluation (None: all)
     # PPO config overrides (user overrides win); ``ppo_base`` names a file of shared ones beside it
     ppo: dict[str, Any] = field(default_factory=dict, metadata={BASE_KEY: "ppo_base"})
+    # The tools (``dialects.py``): "tags" is today's search in Search-R1's tags; "hermes" calls
+    # them as JSON through the chat template, with the calculator beside search when asked for.
+    tool_format: str = "tags"
+    calculator: bool = False
+    sft_arithmetic: int = 0  # arithmetic training questions that get an oracle demonstration
+
+
+# Fields added after the first profiles: left out of report.json at their defaults, so the
+# report of a profile that does not use them stays as it was.
+LATER_FIELDS: dict[str, Any] = {"tool_format": "tags", "calculator": False, "sft_arithmetic": 0}
+
+
+def profile_record(profile: Profile) -> dict[str, Any]:
+    """The profile as report.json shows it (:data:`LATER_FIELDS` only where they are set)."""
+    record = asdict(profile)
+    return {k: v for k, v in record.items() if k not in LATER_FIELDS or v != LATER_FIELDS[k]}
 
 
 FULL = load_profile(PROFILE_DIR / "full.yaml", Profile)
 SHORT = load_profile(PROFILE_DIR / "short.yaml", Profile)
-PROFILES = {p.name: p for p in (FULL, SHORT)}
+TWO_TOOL = load_profile(PROFILE_DIR / "two_tool.yaml", Profile)
+TWO_TOOL_SHORT = load_profile(PROFILE_DIR / "two_tool_short.yaml", Profile)  # its smoke-sized twin
+PROFILES = {p.name: p for p in (FULL, SHORT, TWO_TOOL, TWO_TOOL_SHORT)}

@@ -4,19 +4,20 @@
 phase and the total at the moment of writing), ``report.json`` (the same numbers),
 ``reward.png`` and ``em.png``. The wall-time table and the metric curves come from the recipes'
 shared pieces (``agentrl.recipes.phases.phase_time_table``, ``agentrl.recipes.curves``); the
-before/after table per hop and the SFT summary are the quickstart's own.
+before/after table per kind of question (hop; arithmetic in the two-tool profile, with each tool's
+calls per question) and the SFT summary are the quickstart's own.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentrl.quickstart.demonstrations import DATA_SOURCE
-from agentrl.quickstart.profiles import Profile
+from agentrl.quickstart.demonstrations import ARITHMETIC_SOURCE, DATA_SOURCE
+from agentrl.quickstart.profiles import Profile, profile_record
 from agentrl.recipes.curves import metric_series
 from agentrl.recipes.phases import phase_time_table
 
@@ -80,6 +81,8 @@ def _plots(result: QuickstartResult, config: Any) -> list[Path]:
         em_series[f"{hop}-hop"] = metric_series(
             result.metrics, EM_METRIC.format(group=DATA_SOURCE.format(hop=hop))
         )
+    # absent from a run without arithmetic questions: an empty series is not drawn
+    em_series["arithmetic"] = metric_series(result.metrics, EM_METRIC.format(group=ARITHMETIC_SOURCE))
     val_n = config.data.val_limit or "all"
     return [
         _plot(out / "reward.png", reward, "Reward during PPO", "reward"),
@@ -109,13 +112,34 @@ def _tables(result: QuickstartResult) -> tuple[str, str]:
                 row("all held-out", "all"),
                 row("single-hop", "hop1"),
                 row("two-hop", "hop2"),
+                row("arithmetic", "arithmetic"),
             ],
         )
     )
+    calls = _calls_table(result)
+    if calls:
+        table += "\n\n" + calls
     timing = phase_time_table(
         result.seconds, result.total_seconds, "**total** (until this report was written)"
     )
     return table, timing
+
+
+def _calls_table(result: QuickstartResult) -> str:
+    """Each tool's calls per question, by kind of question, after SFT and after PPO (markdown); empty
+    when the evaluation did not count them per tool (every profile but the two-tool one)."""
+    tools = [k.removeprefix("calls/") for k in result.before.get("all", {}) if k.startswith("calls/")]
+    if not tools:
+        return ""
+    labels = {"all": "all held-out", "hop1": "single-hop", "hop2": "two-hop", "arithmetic": "arithmetic"}
+    header = " | ".join(f"{t} calls/q after SFT | {t} calls/q after PPO" for t in tools)
+    lines = [f"| questions | {header} |", "|---|" + "---:|" * (2 * len(tools))]
+    for key, label in labels.items():
+        b, a = result.before.get(key), result.after.get(key)
+        if b is not None and a is not None:
+            cells = " | ".join(f"{b[f'calls/{t}']:.2f} | {a[f'calls/{t}']:.2f}" for t in tools)
+            lines.append(f"| {label} | {cells} |")
+    return "\n".join(lines)
 
 
 def write_report(result: QuickstartResult, profile: Profile, config: Any) -> Path:
@@ -152,7 +176,7 @@ viewable with `python -m agentrl.agent.viewer`), `sft_model/` and `ppo/checkpoin
 """
     result.report.write_text(text)
     payload = {
-        "profile": asdict(profile),
+        "profile": profile_record(profile),
         "before": result.before,
         "after": result.after,
         "seconds": result.seconds,
