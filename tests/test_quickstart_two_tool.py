@@ -199,3 +199,26 @@ def test_the_summary_and_the_report_show_arithmetic_em_and_each_tools_calls():
         QuickstartResult(Path("."), Path("r.md"), *[summarize(records)] * 2, {}, 1.0, 1, [1.0], [])
     )
     assert "calls/q" not in default
+
+
+@pytest.mark.slow
+def test_the_two_tool_short_profile_runs_end_to_end(tmp_path):
+    """The smoke run (~1 min on 2 cores): every phase, hermes with both tools, the per-kind report."""
+    import ray
+
+    from agentrl.quickstart import PHASES, run_quickstart
+
+    out = tmp_path / "qs"
+    try:
+        result = run_quickstart(out, TWO_TOOL_SHORT, seed=0)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    assert list(result.seconds) == list(PHASES)
+    for evaluation in (result.before, result.after):
+        assert {"all", "calls/search", "calls/calculate"} <= set(evaluation) | set(evaluation["all"])
+    config = (out / "ppo" / "config.yaml").read_text()
+    assert "tool_format: hermes" in config and "CalculatorTool" in config
+    assert any("rollout/tool_calls/calculate" in m for m in result.metrics)
+    report = (out / "report.md").read_text()
+    assert "calculate calls/q after PPO" in report and "Wall time per phase" in report
