@@ -74,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             configs = [ToolConfig(path) for path in args.tool or [ToolConfig.class_path]]
             tool_format = args.tool_format or "tags"
-        instruction = instruction_of(configs, tool_format)
+        # the input is checked first: building the tools imports the rollout (and torch)
         records = sample_records(read_question_records(args.input), args.limit, args.seed)
+        instruction = instruction_of(configs, tool_format)
         rows = to_training_rows(records, args.split, args.source, instruction)
         path = write_rows(rows, args.out)
     except (QADataError, ConfigError, ImportError, TypeError, ValueError, OSError) as exc:

@@ -15,9 +15,6 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from agentrl.config.schema import ExperimentConfig
-from agentrl.core.advantages import ADVANTAGE_ESTIMATORS
-from agentrl.core.kl_control import KL_CONTROLLERS
-from agentrl.core.losses import KL_KINDS, LOSS_AGG_MODES
 
 __all__ = ["ConfigError", "check_choice", "literal_choices", "validate_config"]
 
@@ -84,6 +81,11 @@ def _check_literals(node: Any, prefix: str, problems: list[str]) -> None:
 
 def _check_registries(cfg: ExperimentConfig, problems: list[str]) -> None:
     """Choices that live in ``core``'s registries (estimators, KL estimators, loss aggregation)."""
+    # core imports torch: reading or writing a config (prepare_qa, the eval CLI) should not pay for it
+    from agentrl.core.advantages import ADVANTAGE_ESTIMATORS
+    from agentrl.core.kl_control import KL_CONTROLLERS
+    from agentrl.core.losses import KL_KINDS, LOSS_AGG_MODES
+
     algo, actor, rollout = cfg.algorithm, cfg.actor, cfg.actor.rollout
     check_choice(problems, "algorithm.adv_estimator", algo.adv_estimator, sorted(ADVANTAGE_ESTIMATORS))
     estimator = ADVANTAGE_ESTIMATORS.get(algo.adv_estimator)
