@@ -50,7 +50,9 @@ class ScoreInput:
     and earns nothing. (Search-R1 instead takes the last ``<answer>…</answer>`` match in the
     decoded sequence, which accepts such an answer.) For text that did not come from a
     rollout, ``from_text`` applies that last-match rule explicitly. ``tool_tags`` are the
-    run's tool tags (``actor.rollout.tools``), the calls the tag grammar accepts.
+    run's tool tags (``actor.rollout.tools``), the calls the tag grammar accepts;
+    ``tool_names`` the same tools' names, in the same order, which key every per-tool count
+    (None: the tags, as for tag tools, whose name is their tag).
 
     ``tool_format`` is the run's tool-call format (``RunContext.tool_format``): what the
     format check reads (``agentrl.rewards.structure``): the text under the tag grammar in
@@ -63,6 +65,7 @@ class ScoreInput:
     extra_info: Mapping[str, Any] = field(default_factory=dict)
     answer: str | None = field(kw_only=True)
     tool_tags: tuple[str, ...] = field(default=DEFAULT_TOOL_TAGS, kw_only=True)
+    tool_names: tuple[str, ...] | None = field(default=None, kw_only=True)
     tool_format: str = field(default="tags", kw_only=True)
     rollout_calls: RolloutCalls | None = field(default=None, kw_only=True)
 
@@ -74,6 +77,7 @@ class ScoreInput:
         data_source: str = "",
         extra_info: Mapping[str, Any] | None = None,
         tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
+        tool_names: Sequence[str] | None = None,
     ) -> ScoreInput:
         """A response that did not come from a rollout: its answer is the last complete
         ``<answer>…</answer>`` outside retrieved documents (``extract_answer``), its format
@@ -85,6 +89,7 @@ class ScoreInput:
             dict(extra_info or {}),
             answer=extract_answer(response_text),
             tool_tags=tuple(tool_tags),
+            tool_names=None if tool_names is None else tuple(tool_names),
         )
 
 
@@ -127,6 +132,7 @@ def answer_metrics(
     *,
     tool_format: str = "tags",
     rollout_calls: RolloutCalls | None = None,
+    tool_names: Sequence[str] | None = None,
 ) -> dict[str, float]:
     """All per-response metrics the built-in scorers log (floats, so they average).
 
@@ -134,10 +140,11 @@ def answer_metrics(
     structure metrics are the format check of ``tool_format`` (``structure.check_format``:
     the text under the grammar of ``tool_tags`` in ``tags``, ``rollout_calls`` in ``hermes``):
     ``well_formed``, ``retrieval_hit`` (a golden answer in what the tools returned),
-    ``tool_calls/<tag>`` for each tool of the run (used or not), and ``num_searches`` the
+    ``tool_calls/<name>`` for each tool of the run (used or not; ``tool_names``, the tags'
+    tools' names, None for tag tools, whose name is their tag), and ``num_searches`` the
     ``search`` tool's calls, as it always has.
     """
-    check = check_format(response_text, answer, tool_tags, tool_format, rollout_calls)
+    check = check_format(response_text, answer, tool_tags, tool_format, rollout_calls, tool_names)
     metrics = {name: (fn(answer, golds) if answer is not None else 0.0) for name, fn in MATCH_METRICS.items()}
     metrics.update(
         has_answer=float(answer is not None),
@@ -145,7 +152,7 @@ def answer_metrics(
         retrieval_hit=float(_retrieval_hit(check.information, golds)),
         num_searches=float(check.calls.get("search", 0)),
     )
-    metrics.update({f"tool_calls/{tag}": float(check.calls[tag]) for tag in tool_tags})
+    metrics.update({f"tool_calls/{name}": float(count) for name, count in check.calls.items()})
     return metrics
 
 
@@ -158,6 +165,7 @@ def metrics_of(inp: ScoreInput) -> dict[str, float]:
         inp.tool_tags,
         tool_format=inp.tool_format,
         rollout_calls=inp.rollout_calls,
+        tool_names=inp.tool_names,
     )
 
 

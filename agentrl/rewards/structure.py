@@ -16,6 +16,11 @@ passed to the reward role as ``RunContext.tool_format``) decides what is read:
   the tools returned is their outputs.
 
 The answer is the same in both: the one the rollout accepted (``ScoreInput.answer``).
+
+Calls are counted per tool by the tool's *name*, in both formats, as the rollout counts them
+(``Trajectory.tool_calls``): the grammar of ``tags`` knows the tools by their tags, so its
+per-tag counts are given the name of the tool each tag calls (``tool_names``; a schema tool's
+tag may differ from its name, a tag tool's name is its tag).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 
 from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, parse_response
 
-__all__ = ["TAGS", "FormatCheck", "RolloutCalls", "check_format"]
+__all__ = ["TAGS", "FormatCheck", "RolloutCalls", "check_format", "names_of_tags"]
 
 TAGS = "tags"  # the one format whose check reads the text (agentrl.config.schema.ToolFormat)
 
@@ -45,8 +50,21 @@ class FormatCheck:
     """What the format check read: well formed or not, calls per tool, the tools' results."""
 
     well_formed: bool
-    calls: Mapping[str, int]  # per tool of the run (0 when unused)
+    calls: Mapping[str, int]  # per tool of the run, by name (0 when unused)
     information: tuple[str, ...]  # what the tools returned (where retrieval_hit looks)
+
+
+def names_of_tags(tool_tags: Sequence[str], tool_names: Sequence[str] | None) -> tuple[str, ...]:
+    """The name of each tool of ``tool_tags``, in order: ``tool_names`` checked to pair with the
+    tags one to one, or the tags themselves when None (every tool a tag tool, named by its tag)."""
+    if tool_names is None:
+        return tuple(tool_tags)
+    if len(tool_names) != len(tool_tags):
+        raise ValueError(
+            f"tool_names {tuple(tool_names)} do not pair with tool_tags {tuple(tool_tags)}: "
+            "one name per tag, in the same order"
+        )
+    return tuple(tool_names)
 
 
 def check_format(
@@ -55,21 +73,25 @@ def check_format(
     tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
     tool_format: str = "tags",
     rollout_calls: RolloutCalls | None = None,
+    tool_names: Sequence[str] | None = None,
 ) -> FormatCheck:
-    """The format check of one response in ``tool_format`` (module docstring); ``tool_tags``
-    name the run's tools (a tag tool's name is its tag), each counted in ``calls``.
+    """The format check of one response in ``tool_format`` (module docstring). ``tool_tags`` are
+    the run's tools' tags (the grammar of ``tags``), ``tool_names`` their names in the same order
+    (None: the tags, as for tag tools); ``calls`` counts every tool by name.
 
     ``tags`` reads only the text; every other format needs ``rollout_calls``.
     """
+    names = names_of_tags(tool_tags, tool_names)
     if tool_format == TAGS:
         structure = parse_response(response_text, tool_tags)
         information = tuple(b.content for b in structure.blocks if b.tag == "information")
-        return FormatCheck(structure.well_formed, {t: structure.count(t) for t in tool_tags}, information)
+        calls = {name: structure.count(tag) for tag, name in zip(tool_tags, names, strict=True)}
+        return FormatCheck(structure.well_formed, calls, information)
     if rollout_calls is None:
         raise ValueError(
             f"the {tool_format} format check reads the rollout's record of the calls (rollout_calls: "
             "the batch's tool_calls, tool_calls_invalid and tool_outputs), and none was given"
         )
     well_formed = answer is not None and sum(rollout_calls.invalid.values()) == 0
-    calls = {t: int(rollout_calls.calls.get(t, 0)) for t in tool_tags}
+    calls = {name: int(rollout_calls.calls.get(name, 0)) for name in names}
     return FormatCheck(well_formed, calls, tuple(rollout_calls.outputs))

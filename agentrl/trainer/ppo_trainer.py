@@ -50,7 +50,7 @@ class PPOTrainer:
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         algo, actor = config.algorithm, config.actor
-        self.context = RunContext.from_config(config, tool_tags=check_tools(config.actor.rollout.tools))
+        self.context = RunContext.from_config(config, *check_tools(config.actor.rollout.tools))
         self.estimator = get_advantage_estimator(algo.adv_estimator)
         self.use_critic = self.estimator.needs_critic
         self.use_reference = algo.use_kl_in_reward or actor.use_kl_loss
@@ -282,7 +282,7 @@ class PPOTrainer:
         for start in tqdm(range(0, len(prompts), size), desc="validating", leave=False):
             rollout = self.generate_sequences(prompts[start : start + size], validate=True)
             records += records_of(rollout.trajectories, self.tokenizer)
-        return flat_metrics(records, "val", tools=self.context.tool_tags)
+        return flat_metrics(records, "val", tools=self.context.tool_names)  # the records count by name
 
     # --- bookkeeping -----------------------------------------------------------------
 

@@ -17,14 +17,14 @@ import difflib
 import importlib
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentrl.agent.tools.registry import build_tool
 from agentrl.agent.tools.typed import as_typed
 from agentrl.config.schema import ToolConfig
 from agentrl.importing import import_object
 
-__all__ = ["ToolConfigError", "check_tools"]
+__all__ = ["ToolConfigError", "ToolNames", "check_tools"]
 
 WORKERS_HINT = (
     "the module must be importable where the trainer is launched: from the launch directory, "
@@ -34,6 +34,18 @@ WORKERS_HINT = (
 
 class ToolConfigError(ValueError):
     """A configured tool cannot be built; the message names the element and the problem."""
+
+
+class ToolNames(NamedTuple):
+    """The configured tools' tags and names, in config order (``tags[i]`` and ``names[i]`` are one tool's).
+
+    ``tags`` are the grammar of the ``tags`` format (``RunContext.tool_tags``); ``names`` key every
+    per-tool count (``RunContext.tool_names``), as the rollout counts calls by name. A tag tool's
+    name is its tag; a schema tool's tag may differ from its name. In the order of
+    ``RunContext.from_config``'s ``tool_tags, tool_names``."""
+
+    tags: tuple[str, ...]
+    names: tuple[str, ...]
 
 
 def _did_you_mean(name: str, choices: Sequence[str]) -> str:
@@ -72,8 +84,8 @@ def _check_option_names(cls: Any, options: dict[str, Any], where: str) -> None:
         raise ToolConfigError(f"{where}: {cls.__name__} takes no option {named}; its options are {accepted}")
 
 
-def check_tools(configs: Sequence[ToolConfig]) -> tuple[str, ...]:
-    """Build every configured tool once, as the rollout does; return their tags in order.
+def check_tools(configs: Sequence[ToolConfig]) -> ToolNames:
+    """Build every configured tool once, as the rollout does; return their tags and names in order.
 
     Raises ``ToolConfigError`` naming ``actor.rollout.tools[i]`` for a class path that does
     not import, an unknown option, a constructor that refuses its options, a reserved tag,
@@ -97,4 +109,4 @@ def check_tools(configs: Sequence[ToolConfig]) -> tuple[str, ...]:
                 )
         tags.append(tool.tag)
         names[tool.name] = i
-    return tuple(tags)
+    return ToolNames(tuple(tags), tuple(names))

@@ -97,14 +97,26 @@ class RunContext:
     old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
     # the tags of actor.rollout.tools, as the driver built them (trainer.tool_check): the reward's grammar
     tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS
+    # the same tools' names, in the same order: the key of every per-tool count (reward/, val/), as the
+    # rollout counts calls by name (a schema tool's tag may differ from its name)
+    tool_names: tuple[str, ...] = DEFAULT_TOOL_TAGS
     # actor.rollout.tool_format: what the reward's format check reads (agentrl.rewards.structure)
     tool_format: ToolFormat = "tags"
 
+    def __post_init__(self) -> None:
+        if len(self.tool_names) != len(self.tool_tags):
+            raise ValueError(f"tool_names {self.tool_names} do not pair with tool_tags {self.tool_tags}")
+
     @classmethod
     def from_config(
-        cls, config: ExperimentConfig, *, tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS
+        cls,
+        config: ExperimentConfig,
+        tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS,
+        tool_names: tuple[str, ...] | None = None,
     ) -> RunContext:
-        """``tool_tags``: the tags of ``config.actor.rollout.tools``, from the driver's check of them."""
+        """``tool_tags`` and ``tool_names``: the tags and the names of ``config.actor.rollout.tools``,
+        from the driver's check of them (``trainer.tool_check.ToolNames``: these two, in this order);
+        ``tool_names`` None when every tool is a tag tool, whose name is its tag."""
         return cls(
             seed=config.seed,
             device=config.trainer.device,
@@ -115,6 +127,7 @@ class RunContext:
             overlap_rollout=config.trainer.one_step_off_policy,
             old_log_prob_source="update_forward" if config.actor.skip_old_log_prob else "recomputed",
             tool_tags=tuple(tool_tags),
+            tool_names=tuple(tool_tags if tool_names is None else tool_names),
             tool_format=config.actor.rollout.tool_format,
         )
 

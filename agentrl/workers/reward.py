@@ -3,7 +3,8 @@
 The default is rule-based (``agentrl.rewards``: exact match on the final ``<answer>``,
 optionally format-aware, the format check in the run's ``RunContext.tool_format``: the tag
 grammar knowing the run's ``RunContext.tool_tags`` in ``tags``, the rollout's per-row record
-of the calls (the batch's ``tool_calls``, ``tool_calls_invalid``, ``tool_outputs``) in ``hermes``);
+of the calls (the batch's ``tool_calls``, ``tool_calls_invalid``, ``tool_outputs``) in ``hermes``;
+each tool's calls counted under its name, ``RunContext.tool_names``, in both);
 ``reward.reward_model_path`` adds a learned scalar reward model whose output replaces the
 rule score. ``reward.format_penalty`` (> 0) is subtracted from the score of every
 trajectory with a malformed tool call or a turn that neither called nor answered (the
@@ -65,6 +66,7 @@ class RuleRewardWorker(RoleWorker):
             config=self.reward,
             answers=list(batch["answer"]),
             tool_tags=self.context.tool_tags,
+            tool_names=self.context.tool_names,
             tool_format=tool_format,
             rollout_calls=None if tool_format == "tags" else rollout_calls(batch),
         )

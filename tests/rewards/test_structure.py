@@ -114,3 +114,18 @@ def test_the_tags_check_is_the_grammars_whatever_record_comes_with_it():
     )
     assert plain.metrics == with_record.metrics
     assert plain.metrics["well_formed"] == 1.0 and plain.metrics["tool_calls/search"] == 1.0
+
+
+def test_calls_are_counted_under_the_tools_names_in_both_formats_whatever_their_tags():
+    call = "<lk>Zorvia</lk><information>Quenby</information>"
+    response = f"<think>t</think>{call}<think>t</think><answer>Quenby</answer>"
+    tags = check_format(response, "Quenby", ("search", "lk"), "tags", tool_names=("search", "lookup"))
+    assert tags.well_formed and tags.calls == {"search": 0, "lookup": 1}
+    hermes = check_format(HERMES_TEXT, "Quenby", ("search", "lk"), "hermes", CLEAN, ("search", "lookup"))
+    assert hermes.calls == {"search": 0, "lookup": 1}
+    out = MatchScorer("em")(
+        ScoreInput.from_text(response, GT, tool_tags=("search", "lk"), tool_names=("search", "lookup"))
+    )
+    assert out.metrics["tool_calls/lookup"] == 1.0 and "tool_calls/lk" not in out.metrics
+    with pytest.raises(ValueError, match="one name per tag"):
+        check_format(response, "Quenby", ("search", "lk"), "tags", tool_names=("lookup",))

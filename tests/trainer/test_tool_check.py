@@ -10,7 +10,7 @@ import pytest
 
 from agentrl.config.schema import ToolConfig
 from agentrl.trainer import main as trainer_main
-from agentrl.trainer.tool_check import ToolConfigError, check_tools
+from agentrl.trainer.tool_check import ToolConfigError, ToolNames, check_tools
 
 SEARCH = "agentrl.agent.tools.search.SearchTool"
 CALCULATOR = "agentrl.agent.tools.calculator.CalculatorTool"
@@ -42,10 +42,12 @@ def user_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "my_lookup.LookupTool"
 
 
-def test_the_tools_are_built_once_and_their_tags_returned_in_order(user_tools):
-    assert check_tools([ToolConfig()]) == ("search",)
+def test_the_tools_are_built_once_and_their_tags_and_names_returned_in_order(user_tools):
+    assert check_tools([ToolConfig()]) == ToolNames(("search",), ("search",))
     tools = [ToolConfig(SEARCH, {"topk": 2}), ToolConfig(user_tools), ToolConfig(CALCULATOR)]
-    assert check_tools(tools) == ("search", "lookup", "calculate")
+    assert check_tools(tools) == ToolNames(
+        ("search", "lookup", "calculate"), ("search", "lookup", "calculate")
+    )
 
 
 def test_a_class_name_typo_names_the_element_and_the_class_the_module_has():
@@ -108,7 +110,8 @@ def test_the_checked_tags_reach_the_reward_roles_format_check(user_tools):
 
     config = ExperimentConfig()
     config.actor.rollout.tools = [ToolConfig(SEARCH), ToolConfig(user_tools)]
-    context = RunContext.from_config(config, tool_tags=check_tools(config.actor.rollout.tools))
+    tools = check_tools(config.actor.rollout.tools)
+    context = RunContext.from_config(config, tool_tags=tools.tags, tool_names=tools.names)
     call = "<lookup>Zorvia</lookup><information>Quenby</information>"
     response = f"<think>t</think>{call}<think>t</think><answer>Quenby</answer>"
     batch = Batch.from_dict(

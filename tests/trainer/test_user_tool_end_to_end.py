@@ -136,7 +136,8 @@ def test_a_schema_tool_added_by_config_to_a_hermes_run_reaches_prompt_rollout_re
     config = load_config("grpo", overrides)
     monkeypatch.setattr(placement, "ActorWorker", ScriptedActorWorker)
     trainer = PPOTrainer(config)
-    assert trainer.context.tool_tags == ("search", "lookup") and trainer.context.tool_format == "hermes"
+    assert trainer.context.tool_tags == trainer.context.tool_names == ("search", "lookup")
+    assert trainer.context.tool_format == "hermes"
     try:
         trainer.fit()
     finally:
