@@ -36,7 +36,7 @@ def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> 
     start = time.perf_counter()
     policy = train_ppo(config, shared["sft_dir"])
     ppo_seconds = time.perf_counter() - start
-    result = evaluate_heldout(policy, files.test, config, profile.eval_limit, seed)
+    result = evaluate_heldout(policy, files.test, config, profile.eval_limit, seed).summary
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
     return {

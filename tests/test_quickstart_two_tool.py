@@ -21,7 +21,7 @@ from agentrl.quickstart import FULL, SHORT, TWO_TOOL, summarize
 from agentrl.quickstart.cli import chosen_profile, parse_args
 from agentrl.quickstart.demonstrations import hop_label, hop_rows, tokenizer_texts
 from agentrl.quickstart.dialects import TAGS, dialect_of
-from agentrl.quickstart.evaluation import summary_line
+from agentrl.quickstart.evaluation import paired_gains, summary_line
 from agentrl.quickstart.pipeline import (
     WorldFiles,
     build_index,
@@ -193,12 +193,38 @@ def test_the_summary_and_the_report_show_arithmetic_em_and_each_tools_calls():
     assert "arithmetic EM 0.500" in line and "calculate calls/question 0.33" in line
     result = QuickstartResult(Path("."), Path("r.md"), summary, summary, {}, 1.0, 1, [1.0], [])
     table, _ = _tables(result)
-    assert "| arithmetic | 2 | 0.500 | 0.500 | +0.000 | 2.00 | 2.00 |" in table
+    assert "| arithmetic | 2 | 0.500 | 0.500 | +0.000 | n/a | 2.00 | 2.00 |" in table
     assert "| arithmetic | 2.00 | 2.00 | 0.50 | 0.50 |" in table
     default, _ = _tables(
         QuickstartResult(Path("."), Path("r.md"), *[summarize(records)] * 2, {}, 1.0, 1, [1.0], [])
     )
     assert "calls/q" not in default
+
+
+def test_the_gain_is_paired_per_question_and_per_kind_with_its_bootstrap_interval():
+    before = {
+        "a": ("arithmetic", 0.0),
+        "b": ("arithmetic", 0.0),
+        "c": ("hop1", 1.0),
+        "d": ("arithmetic", 1.0),
+    }
+    after = {"a": ("arithmetic", 1.0), "b": ("arithmetic", 1.0), "c": ("hop1", 0.0), "d": ("arithmetic", 1.0)}
+    gains = paired_gains(before, after)
+    assert set(gains) == {"all", "arithmetic", "hop1"}
+    assert gains["arithmetic"]["delta"] == pytest.approx(2 / 3) and gains["arithmetic"]["n"] == 3.0
+    assert gains["all"]["delta"] == pytest.approx(1 / 4)
+    # every arithmetic pair gains or ties, so no resample can go below 0; the hop1 one only loses
+    assert (
+        0.0 <= gains["arithmetic"]["lo"] <= gains["arithmetic"]["delta"] <= gains["arithmetic"]["hi"] <= 1.0
+    )
+    assert gains["hop1"]["lo"] == gains["hop1"]["hi"] == -1.0
+    summary = summarize([_record("synthetic_world_arithmetic", 1.0, {"search": 2})])
+    result = QuickstartResult(Path("."), Path("r.md"), summary, summary, {}, 1.0, 1, [1.0], [], 0, gains)
+    table, _ = _tables(result)
+    lo, hi = gains["arithmetic"]["lo"], gains["arithmetic"]["hi"]
+    assert f"| +0.000 | [{lo:+.3f}, {hi:+.3f}] | 2.00 | 2.00 |" in table
+    with pytest.raises(ValueError, match="same questions"):
+        paired_gains(before, {"a": ("arithmetic", 1.0)})
 
 
 @pytest.mark.slow

@@ -17,7 +17,17 @@ from typing import Any
 
 from agentrl.quickstart.demonstrations import hop_label
 
-__all__ = ["SEARCH_TOOL", "eval_settings", "evaluate_policy", "search_options", "summarize", "summary_line"]
+__all__ = [
+    "SEARCH_TOOL",
+    "em_by_question",
+    "eval_settings",
+    "evaluate_policy",
+    "evaluate_records",
+    "paired_gains",
+    "search_options",
+    "summarize",
+    "summary_line",
+]
 
 SEARCH_TOOL = "agentrl.agent.tools.search.SearchTool"  # the tool whose retriever the evaluation asks
 DATASET = "heldout"  # the evaluation's name for the rows file (records are grouped by data_source)
@@ -68,19 +78,19 @@ def summarize(records: Sequence[Mapping[str, Any]], tools: Sequence[str] = ()) -
     }
 
 
-def evaluate_policy(
+def evaluate_records(
     model_dir: str | Path,
     rows_file: str | Path,
     config: Any,
     limit: int | None = None,
     seed: int = 0,
-    tools: Sequence[str] = (),
-) -> dict[str, dict[str, float]]:
-    """Greedy agent rollouts of the policy in ``model_dir`` on the QA rows of ``rows_file``, summarised.
+) -> list[dict[str, Any]]:
+    """Greedy agent rollouts of the policy in ``model_dir`` on the QA rows of ``rows_file``: one
+    record per question (``agentrl.eval``'s: ``id``, ``data_source``, ``em``, tool calls, ...).
 
     Runs ``agentrl.eval.evaluate`` in agent mode against the retriever of the PPO config's
     search tool, with :func:`eval_settings`; ``limit`` takes a seeded subset of the rows.
-    Tool errors stop it: a dead retriever must not quietly lower EM. ``tools``: as in :func:`summarize`.
+    Tool errors stop it: a dead retriever must not quietly lower EM.
     """
     from agentrl.eval import DatasetSpec, evaluate
 
@@ -95,7 +105,47 @@ def evaluate_policy(
         engine_kwargs={"max_batch_size": config.actor.rollout.max_batch_size, "dtype": "float32"},
         progress=False,
     )
-    return summarize(results.records, tools)
+    return list(results.records)
+
+
+def evaluate_policy(
+    model_dir: str | Path,
+    rows_file: str | Path,
+    config: Any,
+    limit: int | None = None,
+    seed: int = 0,
+    tools: Sequence[str] = (),
+) -> dict[str, dict[str, float]]:
+    """:func:`evaluate_records`, summarised (:func:`summarize`; ``tools`` as there)."""
+    return summarize(evaluate_records(model_dir, rows_file, config, limit, seed), tools)
+
+
+def em_by_question(records: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, float]]:
+    """``{question id: (kind, EM)}`` of evaluation records (kind: ``hop1``, ``hop2``, ``arithmetic``)."""
+    return {str(r["id"]): (hop_label(str(r["data_source"])), float(r["em"])) for r in records}
+
+
+def paired_gains(
+    before: Mapping[str, tuple[str, float]], after: Mapping[str, tuple[str, float]]
+) -> dict[str, dict[str, float]]:
+    """EM after minus EM before on the same questions, overall and per kind, each with its paired
+    bootstrap 95% interval (``agentrl.eval.stats.paired_bootstrap``): ``{"delta", "lo", "hi", "n"}``.
+
+    Both evaluations must have scored the same question ids (a ValueError names the difference)."""
+    from agentrl.eval.stats import paired_bootstrap
+
+    if set(before) != set(after):
+        only = sorted(set(before) ^ set(after))
+        raise ValueError(f"paired_gains needs the same questions before and after; differ: {only[:5]}")
+    ids = sorted(before)
+    groups: dict[str, list[str]] = {"all": ids}
+    for i in ids:
+        groups.setdefault(before[i][0], []).append(i)
+    gains = {}
+    for group, members in groups.items():
+        delta, lo, hi = paired_bootstrap([after[i][1] for i in members], [before[i][1] for i in members])
+        gains[group] = {"delta": delta, "lo": lo, "hi": hi, "n": float(len(members))}
+    return gains
 
 
 def summary_line(result: Mapping[str, Any]) -> str:

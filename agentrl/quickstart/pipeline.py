@@ -28,7 +28,13 @@ from agentrl.quickstart.demonstrations import (
     tokenizer_texts,
 )
 from agentrl.quickstart.dialects import TAGS, Dialect, dialect_of
-from agentrl.quickstart.evaluation import evaluate_policy, summary_line
+from agentrl.quickstart.evaluation import (
+    em_by_question,
+    evaluate_records,
+    paired_gains,
+    summarize,
+    summary_line,
+)
 from agentrl.quickstart.profiles import FULL, Profile
 from agentrl.quickstart.report import QuickstartResult, write_report
 from agentrl.recipes.curves import read_jsonl
@@ -158,13 +164,22 @@ def train_sft(model_dir: Path, demos: Demonstrations, profile: Profile, out: Pat
     return SFTOutcome(start_dir, [m["loss"] for m in history], len(examples))
 
 
+@dataclass(frozen=True)
+class HeldoutEvaluation:
+    """What ``eval_sft`` and ``eval_ppo`` return: the summary per kind, each question's EM (to pair)."""
+
+    summary: dict[str, dict[str, float]]
+    em: dict[str, tuple[str, float]]  # question id -> (kind, EM)
+
+
 def evaluate_heldout(
     model_dir: Path, test: Path, config: Any, limit: int | None, seed: int, tools: Sequence[str] = ()
-) -> dict[str, Any]:
+) -> HeldoutEvaluation:
     """Phases ``eval_sft`` and ``eval_ppo``: greedy held-out EM and searches, overall and per kind
     (hop, arithmetic); with ``tools``, each one's calls per question too."""
-    result = evaluate_policy(model_dir, test, config, limit, seed, tools)
-    print("  " + summary_line(result))
+    records = evaluate_records(model_dir, test, config, limit, seed)
+    result = HeldoutEvaluation(summarize(records, tools), em_by_question(records))
+    print("  " + summary_line(result.summary))
     return result
 
 
@@ -281,14 +296,15 @@ def run_quickstart(
     result = QuickstartResult(
         out,
         out / "report.md",
-        before,
-        after,
+        before.summary,
+        after.summary,
         dict(clock.seconds),
         clock.total,
         sft.examples,
         sft.loss,
         read_jsonl(out / "ppo" / "metrics.jsonl"),
         demos.shortcut,
+        paired_gains(before.em, after.em),
     )
     write_report(result, profile, config)
     print(f"\nreport: {result.report}  (total {result.total_seconds / 60:.1f} min)")

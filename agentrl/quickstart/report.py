@@ -1,18 +1,18 @@
 """The quickstart's outcome: ``QuickstartResult`` and the report that shows it, written once at the end.
 
-``report.md`` (the before/after table, the reward and EM plots, the wall time of every
-phase and the total at the moment of writing), ``report.json`` (the same numbers),
-``reward.png`` and ``em.png``. The wall-time table and the metric curves come from the recipes'
-shared pieces (``agentrl.recipes.phases.phase_time_table``, ``agentrl.recipes.curves``); the
-before/after table per kind of question (hop; arithmetic in the two-tool profile, with each tool's
-calls per question) and the SFT summary are the quickstart's own.
+``report.md`` (the before/after table with each kind's paired bootstrap interval of the gain,
+the reward and EM plots, the wall time of every phase and the total at the moment of writing),
+``report.json`` (the same numbers), ``reward.png`` and ``em.png``. The wall-time table and the
+metric curves come from the recipes' shared pieces (``agentrl.recipes.phases.phase_time_table``,
+``agentrl.recipes.curves``); the before/after table per kind of question (hop; arithmetic in the
+two-tool profile, with each tool's calls per question) and the SFT summary are the quickstart's own.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class QuickstartResult:
     sft_loss: list[float]
     metrics: list[dict[str, Any]]
     sft_shortcut_examples: int = 0  # of sft_examples, those that answer without finishing the search
+    gains: dict[str, dict[str, float]] = field(default_factory=dict)  # paired EM after - before, per kind
 
 
 def _plot(path: Path, series: dict[str, tuple[list[float], list[float]]], title: str, ylabel: str) -> Path:
@@ -97,18 +98,20 @@ def _tables(result: QuickstartResult) -> tuple[str, str]:
         b, a = result.before.get(key), result.after.get(key)
         if b is None or a is None:
             return ""
+        gain = result.gains.get(key)
+        interval = f"[{gain['lo']:+.3f}, {gain['hi']:+.3f}]" if gain else "n/a"
         return (
             f"| {label} | {int(b['n'])} | {b['em']:.3f} | {a['em']:.3f} | {a['em'] - b['em']:+.3f} "
-            f"| {b['searches']:.2f} | {a['searches']:.2f} |"
+            f"| {interval} | {b['searches']:.2f} | {a['searches']:.2f} |"
         )
 
     table = "\n".join(
         filter(
             None,
             [
-                "| questions | n | EM after SFT | EM after PPO | Δ EM "
+                "| questions | n | EM after SFT | EM after PPO | Δ EM | Δ EM 95% interval (paired) "
                 "| searches/q after SFT | searches/q after PPO |",
-                "|---|---:|---:|---:|---:|---:|---:|",
+                "|---|---:|---:|---:|---:|---:|---:|---:|",
                 row("all held-out", "all"),
                 row("single-hop", "hop1"),
                 row("two-hop", "hop2"),
@@ -179,6 +182,7 @@ viewable with `python -m agentrl.agent.viewer`), `sft_model/` and `ppo/checkpoin
         "profile": profile_record(profile),
         "before": result.before,
         "after": result.after,
+        "gains": result.gains,
         "seconds": result.seconds,
         "total_seconds": result.total_seconds,
         "sft_examples": result.sft_examples,
