@@ -9,7 +9,6 @@ many requests a cache hit or a retry costs, how far apart the rate limit keeps t
 from __future__ import annotations
 
 import asyncio
-import itertools
 import multiprocessing
 import os
 import time
@@ -221,11 +220,14 @@ def test_the_cache_key_names_the_api_endpoint_and_parameters():
 
 def test_the_rate_limit_spaces_requests(stub, tmp_path):
     rate = 10.0
-    ask(make_tool(stub, None, requests_per_s=rate), *({"query": f"moon {i}"} for i in range(5)))
+    tool = make_tool(stub, None, requests_per_s=rate)
+    start = time.monotonic()
+    ask(tool, *({"query": f"moon {i}"} for i in range(5)))
     arrivals = sorted(s.at for s in stub.seen)
-    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
-    assert arrivals[-1] - arrivals[0] >= 0.8 * 4 / rate, gaps
-    assert min(gaps) >= 0.4 / rate, gaps
+    # with burst 1 the k-th request may leave no earlier than k / rate after the calls start; a busy
+    # machine can only delay requests, so this lower bound holds however loaded it is
+    early = [round(at - start - k / rate, 3) for k, at in enumerate(arrivals) if at < start + k / rate - 0.01]
+    assert len(arrivals) == 5 and not early, early
 
 
 def test_429_and_500_are_retried_with_backoff_until_an_answer(stub, tmp_path):
@@ -248,7 +250,7 @@ def test_a_slow_answer_times_out_and_is_retried(stub, tmp_path):
     stub.inject(Fault(delay_s=2.0))
     start = time.monotonic()
     (result,) = ask(make_tool(stub, None, request_timeout_s=0.3), {"query": "eris"})
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 1.9  # not the slow answer's 2 s
     assert (stub.count, metric(result, "retries")) == (2, 1.0)
 
 

@@ -197,6 +197,7 @@ class WebSearchTool:
         attempts = Attempts()
         try:
             results = await self.client.search(query, num, attempts)
+            await self._cache_put(key, query, results)  # before sharers are released: no gap to miss in
         except asyncio.CancelledError:
             future.set_exception(WebSearchError("the identical search these callers shared was cancelled"))
             raise
@@ -209,7 +210,6 @@ class WebSearchTool:
             if self._inflight.get(key) is future:
                 del self._inflight[key]
             self._count(attempts, hit=False)
-        await self._cache_put(key, query, results)
         return results, attempts, False
 
     async def _cache_get(self, key: str) -> list[dict[str, Any]] | None:
