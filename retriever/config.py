@@ -9,9 +9,11 @@ from dataclasses import dataclass, fields
 class ServerConfig:
     """Limits and batching knobs for ``retriever.server``.
 
-    The request limits bound the work one request can cause; ``max_pending`` bounds the
-    queued work overall (beyond it the server answers 503 + Retry-After instead of letting
-    latency grow without bound); ``max_batch_size``/``batch_wait_ms`` shape the micro-batches.
+    The request limits bound the work one request can cause (``/retrieve``'s queries,
+    ``/open_page``'s items and windows; an id or a title is bounded by ``max_query_chars``
+    like a query); ``max_pending`` bounds the queued work overall (beyond it the server
+    answers 503 + Retry-After instead of letting latency grow without bound);
+    ``max_batch_size``/``batch_wait_ms`` shape the micro-batches.
     """
 
     host: str = "127.0.0.1"
@@ -20,6 +22,9 @@ class ServerConfig:
     max_topk: int = 100
     max_queries_per_request: int = 512
     max_query_chars: int = 4096
+    default_page_words: int = 200  # /open_page: a window's length when a request gives none
+    max_page_words: int = 2000  # /open_page: the longest window one item may ask for
+    max_pages_per_request: int = 512  # /open_page: items per request
     max_batch_size: int = 64  # queries per backend call
     batch_wait_ms: float = (
         5.0  # wait this long to fill a batch, only when recent load suggests more is coming
@@ -36,6 +41,9 @@ class ServerConfig:
             "max_topk",
             "max_queries_per_request",
             "max_query_chars",
+            "default_page_words",
+            "max_page_words",
+            "max_pages_per_request",
             "max_batch_size",
             "max_pending",
             "retry_after_s",
@@ -51,6 +59,10 @@ class ServerConfig:
             raise ValueError(f"port: expected 0..65535, got {self.port}")
         if self.default_topk > self.max_topk:
             raise ValueError(f"default_topk: {self.default_topk} exceeds max_topk {self.max_topk}")
+        if self.default_page_words > self.max_page_words:
+            raise ValueError(
+                f"default_page_words: {self.default_page_words} exceeds max_page_words {self.max_page_words}"
+            )
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -167,3 +167,7 @@ class DocStore:
 
     def get_many(self, rows: Sequence[int]) -> list[Passage]:
         return [self.get(r) for r in rows]
+
+    def columns(self) -> Iterator[tuple[pa.Array, pa.Array]]:
+        """The ``(ids, contents)`` columns batch by batch, in corpus order (zero-copy views)."""
+        yield from zip(self._ids, self._contents, strict=True)

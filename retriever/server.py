@@ -6,14 +6,20 @@
     POST /retrieve {"queries": [str], "topk": int, "return_scores": bool}
         -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}
            (with return_scores false each item is the document itself)
-    GET  /health -> {"ready", "status", "backend", "corpus_size", ...}; 503 until the index is loaded
+    POST /open_page {"pages": [{"id": str} or {"title": str}, "offset": int, "length": int}, ...]}
+        -> {"result": [{"found": true, "title", "text", "offset", "words", "total_words",
+                        "next_offset", "chunk_ids", "id_offset", "title_pages"}
+                       or {"found": false, "error"}, ...]}   (windows in words: retriever.pages)
+    GET  /health -> {"ready", "status", "backend", "corpus_size", "pages", ...}; 503 until loaded
 
 Why it looks like this: RL rollouts fire many single-query requests at once.  Encoding and
 index search are far cheaper per query in batches, so requests are coalesced: each handler
 puts its queries on a queue, one batcher task drains the queue into a micro-batch and runs
 one batched search in a worker thread (the event loop never blocks), then resolves every
 waiting handler.  The queue is bounded (503 + Retry-After beyond it) and repeated queries
-are answered from an LRU cache without touching the backend.
+are answered from an LRU cache without touching the backend.  A page window costs tens of
+microseconds (an O(1) lookup and the chunks it covers, memory-mapped), so /open_page is
+answered on the event loop, with no queue.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ from aiohttp import web
 from retriever.base import Hit, SearchBackend
 from retriever.batching import LRUCache, MicroBatcher, QueueFullError
 from retriever.config import ServerConfig
-from retriever.request_body import RequestError, parse_retrieve_request
+from retriever.pages import PageIndex
+from retriever.request_body import RequestError, parse_open_page_request, parse_retrieve_request
 
 log = logging.getLogger("retriever.server")
 access_log = logging.getLogger("retriever.access")
@@ -54,12 +61,18 @@ class RetrieverService:
     """Owns the backend, batcher, cache and the aiohttp handlers."""
 
     def __init__(
-        self, config: ServerConfig, load_backend: Callable[[], SearchBackend], index_dir: str | None = None
+        self,
+        config: ServerConfig,
+        load_backend: Callable[[], SearchBackend],
+        index_dir: str | None = None,
+        load_pages: Callable[[], PageIndex] | None = None,
     ) -> None:
         self.config = config
         self._load_backend = load_backend
+        self._load_pages = load_pages  # None: no page reader (/open_page answers 501)
         self.index_dir = index_dir
         self.backend: SearchBackend | None = None
+        self.pages: PageIndex | None = None
         self.status = "loading"
         self.load_error: str | None = None
         self.cache = LRUCache(config.cache_size)
@@ -75,6 +88,8 @@ class RetrieverService:
         t0 = time.perf_counter()
         try:
             backend = await loop.run_in_executor(self.executor, self._load_backend)
+            if self._load_pages is not None:
+                self.pages = await loop.run_in_executor(self.executor, self._load_pages)
         except Exception as exc:
             self.status, self.load_error = "error", f"{type(exc).__name__}: {exc}"
             log.error(json.dumps({"event": "load_failed", "error": self.load_error}))
@@ -97,6 +112,7 @@ class RetrieverService:
                     "event": "ready",
                     "backend": backend.name,
                     "corpus_size": len(backend),
+                    "pages": self.pages.summary() if self.pages else None,
                     "load_s": round(time.perf_counter() - t0, 2),
                 }
             )
@@ -132,6 +148,7 @@ class RetrieverService:
             "uptime_s": round(time.time() - self.started, 1),
             "pending_queries": self.batcher.pending if self.batcher else 0,
             "cache": {"size": len(self.cache), "hits": self.cache.hits, "misses": self.cache.misses},
+            "pages": self.pages.summary() if self.pages else None,
             "batching": self.batcher.stats.as_dict() if self.batcher else None,
         }
         if self.load_error:
@@ -140,11 +157,7 @@ class RetrieverService:
 
     async def retrieve(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json(loads=json.loads)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, "body", f"malformed JSON: {exc}")
-        try:
-            req = parse_retrieve_request(body, self.config)
+            req = parse_retrieve_request(await _json_body(request), self.config)
         except RequestError as exc:
             return _error(exc.status, exc.field, exc.message)
         request[N_QUERIES_KEY] = len(req.queries)
@@ -170,6 +183,27 @@ class RetrieverService:
         else:
             payload = [[h.as_document() for h in hits] for hits in results]
         return web.json_response({"result": payload})
+
+    async def open_page(self, request: web.Request) -> web.Response:
+        try:
+            items = parse_open_page_request(await _json_body(request), self.config)
+        except RequestError as exc:
+            return _error(exc.status, exc.field, exc.message)
+        request[N_QUERIES_KEY] = len(items)
+        if self.status != "ready":
+            return self._unavailable(f"index not ready (status: {self.status})")
+        if self.pages is None:
+            return _error(501, "path", "this server has no page index (a pyserini index, or --no-pages)")
+        result = [self.pages.open(it.id, it.title, it.offset, it.length) for it in items]
+        return web.json_response({"result": result})
+
+
+async def _json_body(request: web.Request) -> Any:
+    """The decoded JSON body; malformed JSON is a ``RequestError`` on the field ``body``."""
+    try:
+        return await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError("body", f"malformed JSON: {exc}") from None
 
 
 def _access_log_middleware():
@@ -218,11 +252,13 @@ async def _json_errors_middleware(request: web.Request, handler):
 
 def create_app(service: RetrieverService) -> web.Application:
     cfg = service.config
-    client_max = 64 * 1024 + cfg.max_queries_per_request * (cfg.max_query_chars * 4 + 16)
+    item = cfg.max_query_chars * 4 + 16  # a query, an id or a title, UTF-8 and JSON-escaped (+ a window)
+    client_max = 64 * 1024 + max(cfg.max_queries_per_request, cfg.max_pages_per_request) * (item + 64)
     app = web.Application(
         client_max_size=client_max, middlewares=[_access_log_middleware(), _json_errors_middleware]
     )
     app.router.add_post("/retrieve", service.retrieve)
+    app.router.add_post("/open_page", service.open_page)
     app.router.add_get("/health", service.health)
     app.on_startup.append(service.on_startup)
     app.on_cleanup.append(service.on_cleanup)
@@ -288,6 +324,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "max_topk",
         "max_queries_per_request",
         "max_query_chars",
+        "default_page_words",
+        "max_page_words",
+        "max_pages_per_request",
         "max_batch_size",
         "max_pending",
         "retry_after_s",
@@ -297,6 +336,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
     p.add_argument("--shutdown-timeout-s", type=float, default=defaults.shutdown_timeout_s)
     p.add_argument("--access-log", default=defaults.access_log, help="'-' = stderr, a file path, or 'off'")
+    p.add_argument(
+        "--no-pages",
+        action="store_true",
+        help="build no page index: /open_page answers 501 (saves its memory)",
+    )
     g = p.add_argument_group("backend")
     g.add_argument("--model", default=None, help="override the dense encoder's model directory")
     g.add_argument("--ef-search", type=int, default=128, help="HNSW efSearch")
@@ -311,6 +355,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from retriever.corpus import DOCSTORE_FILE, DocStore
     from retriever.index import BackendOptions, open_backend, resolve_backend_name
 
     args = parse_args(argv)
@@ -334,8 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         rerank_depth=args.rerank_depth,
     )
     index_dir = str(Path(args.index).resolve())
+    has_docstore = (Path(index_dir) / DOCSTORE_FILE).is_file()  # a pyserini index has none
+    load_pages = None if args.no_pages or not has_docstore else (lambda: PageIndex(DocStore(index_dir)))
     service = RetrieverService(
-        config, lambda: open_backend(index_dir, args.backend, options), index_dir=index_dir
+        config,
+        lambda: open_backend(index_dir, args.backend, options),
+        index_dir=index_dir,
+        load_pages=load_pages,
     )
     try:
         import uvloop

@@ -1,4 +1,5 @@
-"""HTTP client for the retriever service (``retriever.server`` or any Search-R1 retriever).
+"""HTTP client for the retriever service (``retriever.server`` or any Search-R1 retriever):
+``/retrieve`` for the search tool, ``/open_page`` for the page reader.
 
 Deliberately depends only on aiohttp and the standard library: the agent talks to the
 retriever over HTTP and must not import the retriever package (its faiss/torch weight).
@@ -20,6 +21,8 @@ from typing import Any
 import aiohttp
 
 __all__ = ["RetrieverClient", "RetrieverError", "RetrieverRequestError", "RetrieverUnavailable"]
+
+ENDPOINTS = ("/retrieve", "/open_page")  # a URL ending in one names the service root before it
 
 
 class RetrieverError(RuntimeError):
@@ -57,7 +60,8 @@ class _Retryable(Exception):
 class RetrieverClient:
     """Async client with one pooled session per event loop, retries and a total deadline.
 
-    ``url`` is the service root (``http://host:port``) or its ``/retrieve`` endpoint.
+    ``url`` is the service root (``http://host:port``) or one of its endpoints (``/retrieve``,
+    ``/open_page``).
     ``timeout_s`` bounds one attempt; ``deadline_s`` bounds a whole call including retries.
     """
 
@@ -76,8 +80,10 @@ class RetrieverClient:
         if max_attempts < 1:
             raise ValueError(f"max_attempts: expected >= 1, got {max_attempts}")
         base = url.rstrip("/")
-        if base.endswith("/retrieve"):
-            base = base[: -len("/retrieve")]
+        for endpoint in ENDPOINTS:
+            if base.endswith(endpoint):
+                base = base[: -len(endpoint)]
+                break
         self.base_url = base
         self.timeout_s = timeout_s
         self.deadline_s = deadline_s
@@ -207,6 +213,28 @@ class RetrieverClient:
                 )
             out.append(docs)
         return out
+
+    async def open_pages(self, pages: list[dict]) -> list[dict]:
+        """One window per item (``{"id" or "title", "offset", "length"}``), in order: each
+        ``{"found": true, "title", "text", "offset", "words", "total_words", "next_offset",
+        "chunk_ids", "id_offset", "title_pages"}`` or ``{"found": false, "error"}``."""
+        if not isinstance(pages, list):
+            raise TypeError(f"pages: expected a list of objects, got {type(pages).__name__}")
+        if not pages:
+            return []
+        body = await self._request("POST", "/open_page", {"pages": pages})
+        result = body.get("result") if isinstance(body, dict) else None
+        if (
+            not isinstance(result, list)
+            or len(result) != len(pages)
+            or not all(isinstance(item, dict) and isinstance(item.get("found"), bool) for item in result)
+        ):
+            raise RetrieverRequestError(
+                self.base_url + "/open_page",
+                200,
+                f"expected 'result' with {len(pages)} windows, got {str(body)[:200]}",
+            )
+        return result
 
     async def health(self) -> dict:
         """The service's /health body (``ready`` is false while the index loads)."""
