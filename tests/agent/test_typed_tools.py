@@ -4,6 +4,8 @@ synchronous tools bounded by their deadline."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import pickle
 import threading
 import time
 
@@ -14,6 +16,7 @@ from agentrl.agent.tools import ToolResult, ToolSpec, argument_errors, as_typed
 from agentrl.agent.tools.calculator import CalculatorTool
 from agentrl.agent.tools.registry import build_tool, build_tools
 from agentrl.agent.tools.search import SearchTool
+from agentrl.agent.tools.spec import _validator_of, validator_for
 from agentrl.config.schema import ToolConfig
 
 LOOKUP_SPEC = ToolSpec(
@@ -99,6 +102,23 @@ def test_argument_errors_name_the_field_that_fails(arguments, reason):
 
 def test_arguments_that_fit_the_schema_have_no_errors():
     assert argument_errors(LOOKUP_SPEC, {"key": "pi", "limit": 2, "filters": {"year": 1969}}) is None
+
+
+def test_a_schemas_validator_is_built_once_and_reused_while_the_spec_still_pickles():
+    twin = ToolSpec(
+        "lookup_twin", "The lookup schema under another name.", copy.deepcopy(LOOKUP_SPEC.parameters)
+    )
+    assert validator_for(twin) is validator_for(LOOKUP_SPEC)
+    before = _validator_of.cache_info()
+    for arguments in ({"key": "pi"}, {"key": 1}, {"limit": 0}):
+        argument_errors(LOOKUP_SPEC, arguments)
+        argument_errors(twin, arguments)
+    after = _validator_of.cache_info()
+    assert (after.hits - before.hits, after.misses - before.misses) == (6, 0)
+    assert "key" in argument_errors(twin, {"key": 1})  # the shared validator checks as its own would
+
+    shipped = pickle.loads(pickle.dumps(LOOKUP_SPEC))  # what Ray does to a spec on its way to a worker
+    assert shipped == LOOKUP_SPEC and "limit" in argument_errors(shipped, {"key": "pi", "limit": 0})
 
 
 def test_a_tag_tool_is_a_tool_with_one_string_parameter():
