@@ -14,10 +14,8 @@ from support.tool_conversations import (
     SPECS,
     THREE_TURNS,
     Turn,
+    assert_plays_as_rendered,
     call_block,
-    play,
-    rendered_up_to_last_turn,
-    whole_conversation,
 )
 
 from agentrl.agent.formats import (
@@ -55,14 +53,8 @@ def hermes(tokenizer) -> HermesFormat:
 def test_a_trajectory_decodes_to_the_templates_render_of_the_whole_conversation(any_tokenizer):
     tok = any_tokenizer
     fmt = HermesFormat(tok, SPECS, template=HERMES_TEMPLATE)
-    ids, observations = play(fmt, tok, "Where is the Eiffel Tower?", THREE_TURNS)
-    expected = rendered_up_to_last_turn(
-        tok,
-        whole_conversation("Where is the Eiffel Tower?", THREE_TURNS),
-        "<|im_end|>",
-        chat_template=HERMES_TEMPLATE,
-    )
-    assert tok.decode(ids, skip_special_tokens=False) == expected
+    question = "Where is the Eiffel Tower?"
+    observations = assert_plays_as_rendered(fmt, tok, question, THREE_TURNS, chat_template=HERMES_TEMPLATE)
     # each observation is the tool turn and the next assistant header, and nothing else
     last = tok.decode(observations[-1], skip_special_tokens=False)
     assert last.startswith("\n<|im_start|>tool\n<tool_response>\nDoc 1: The Seine")
@@ -234,11 +226,7 @@ def test_an_invalid_turn_is_answered_with_a_hint_in_a_tool_message(tokenizer, he
 
 def test_a_turn_with_text_and_no_calls_still_ends_where_the_template_ends_it(tokenizer, hermes):
     turns = [Turn("<think>no tool needed</think> <answer> 4 </answer>")]
-    ids, _ = play(hermes, tokenizer, "2 + 2?", turns)
-    expected = rendered_up_to_last_turn(
-        tokenizer, whole_conversation("2 + 2?", turns), "<|im_end|>", chat_template=HERMES_TEMPLATE
-    )
-    assert tokenizer.decode(ids, skip_special_tokens=False) == expected
+    assert_plays_as_rendered(hermes, tokenizer, "2 + 2?", turns, chat_template=HERMES_TEMPLATE)
 
 
 def test_the_tiny_tokenizer_has_the_tool_tags_as_single_tokens_only_when_asked(

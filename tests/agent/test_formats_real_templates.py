@@ -18,9 +18,7 @@ from support.tool_conversations import (
     SPECS,
     THREE_TURNS,
     Turn,
-    play,
-    rendered_up_to_last_turn,
-    whole_conversation,
+    assert_plays_as_rendered,
 )
 
 from agentrl.agent.formats import HERMES_TEMPLATE, FormatError, HermesFormat, ParsedCall, build_format
@@ -77,15 +75,15 @@ def test_a_thinking_trajectory_is_token_exact_on_the_real_template(chatml_tokeni
     prompt = tok.decode(fmt.prompt_ids([{"role": "user", "content": "Q"}], SPECS), skip_special_tokens=False)
     assert prompt.endswith("<|im_start|>assistant\n<think>\n") and '"name": "calculator"' in prompt
     turns = thinking(THREE_TURNS)
-    ids, observations = play(fmt, tok, "Where is the Eiffel Tower?", turns, header_has=header_has)
-    expected = rendered_up_to_last_turn(
+    observations = assert_plays_as_rendered(
+        fmt,
         tok,
-        whole_conversation("Where is the Eiffel Tower?", turns),
-        "<|im_end|>",
+        "Where is the Eiffel Tower?",
+        turns,
+        header_has=header_has,
         chat_template=real_template,
         enable_thinking=True,
     )
-    assert tok.decode(ids, skip_special_tokens=False) == expected
     # this template sends results back in a user turn, grouped, then the next header
     assert tok.decode(observations[1], skip_special_tokens=False) == (
         "\n<|im_start|>user\n<tool_response>\nDoc 1: The tower is 330 m tall.\n</tool_response>\n"
@@ -130,14 +128,9 @@ def test_smollm2s_template_is_refused_and_the_hermes_template_is_token_exact_on_
     with pytest.raises(FormatError, match="does not render tools=.*actor.rollout.chat_template=hermes"):
         build_format(RolloutConfig(tool_format="hermes"), tok, SPECS)
     fmt = build_format(RolloutConfig(tool_format="hermes", chat_template="hermes"), tok, SPECS)
-    ids, _ = play(fmt, tok, "Where is the Eiffel Tower?", THREE_TURNS)
-    expected = rendered_up_to_last_turn(
-        tok,
-        whole_conversation("Where is the Eiffel Tower?", THREE_TURNS),
-        "<|im_end|>",
-        chat_template=HERMES_TEMPLATE,
+    assert_plays_as_rendered(
+        fmt, tok, "Where is the Eiffel Tower?", THREE_TURNS, chat_template=HERMES_TEMPLATE
     )
-    assert tok.decode(ids, skip_special_tokens=False) == expected
     assert fmt.parse(THREE_TURNS[2].text(fmt.end_of_turn), "eos", False).calls == tuple(
         ParsedCall(n, a) for n, a in THREE_TURNS[2].calls
     )

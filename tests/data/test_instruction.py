@@ -69,71 +69,55 @@ def _questions(tmp_path: Path) -> Path:
     return path
 
 
-def test_prepare_qa_writes_the_instruction_of_the_tools_it_is_given(tmp_path, capsys):
+def prepare_qa(tmp_path: Path, out: str, *options: str) -> int:
+    """``data/prepare_qa.py`` on three questions (``_questions``) with ``options``, its rows
+    written to ``tmp_path / out``; its exit status."""
     from data.prepare_qa import main
 
     questions = _questions(tmp_path)
-    base = ["--input", str(questions), "--source", "world", "--split", "train"]
-    assert main([*base, "--out", str(tmp_path / "default.jsonl")]) == 0
-    (row, *_) = load_qa_rows(tmp_path / "default.jsonl")
-    assert row["prompt"][0]["content"] == make_prompt("What is 0 plus 0")  # unchanged by default
+    return main(
+        ["--input", str(questions), "--source", "w", "--split", "t", "--out", str(tmp_path / out), *options]
+    )
+
+
+def first_prompt(path: Path) -> str:
+    """The prompt text of the first row ``prepare_qa`` wrote to ``path``."""
+    (row, *_) = load_qa_rows(path)
+    return row["prompt"][0]["content"]
+
+
+def test_prepare_qa_writes_the_instruction_of_the_tools_it_is_given(tmp_path, capsys):
+    assert prepare_qa(tmp_path, "default.jsonl") == 0
+    assert first_prompt(tmp_path / "default.jsonl") == make_prompt("What is 0 plus 0")  # unchanged by default
     search, calculator = (
         "agentrl.agent.tools.search.SearchTool",
         "agentrl.agent.tools.calculator.CalculatorTool",
     )
-    assert main([*base, "--out", str(tmp_path / "two.jsonl"), "--tool", search, "--tool", calculator]) == 0
-    (row, *_) = load_qa_rows(tmp_path / "two.jsonl")
-    assert "<search> query </search>" in row["prompt"][0]["content"]
-    assert "<calculate> expression </calculate>" in row["prompt"][0]["content"]
-    assert (
-        main([*base, "--out", str(tmp_path / "bad.jsonl"), "--tool", "agentrl.agent.tools.search.Serch"]) == 1
-    )
+    assert prepare_qa(tmp_path, "two.jsonl", "--tool", search, "--tool", calculator) == 0
+    prompt = first_prompt(tmp_path / "two.jsonl")
+    assert "<search> query </search>" in prompt and "<calculate> expression </calculate>" in prompt
+    assert prepare_qa(tmp_path, "bad.jsonl", "--tool", "agentrl.agent.tools.search.Serch") == 1
     assert "has no attribute 'Serch'" in capsys.readouterr().err
 
 
 def test_prepare_qa_reads_the_tools_of_a_training_config(tmp_path):
     from agentrl.config.loader import to_yaml
     from agentrl.config.schema import ExperimentConfig
-    from data.prepare_qa import main
 
     cfg = ExperimentConfig()
     cfg.actor.rollout.tools = [ToolConfig("agentrl.agent.tools.calculator.CalculatorTool", {"tag": "calc"})]
     (tmp_path / "run.yaml").write_text(to_yaml(cfg))
-    argv = [
-        "--input",
-        str(_questions(tmp_path)),
-        "--source",
-        "w",
-        "--split",
-        "t",
-        "--out",
-        str(tmp_path / "r.jsonl"),
-    ]
-    assert main([*argv, "--config", str(tmp_path / "run.yaml")]) == 0
-    (row, *_) = load_qa_rows(tmp_path / "r.jsonl")
-    assert (
-        "<calc> expression </calc>" in row["prompt"][0]["content"]
-        and "<search>" not in row["prompt"][0]["content"]
-    )
+    assert prepare_qa(tmp_path, "r.jsonl", "--config", str(tmp_path / "run.yaml")) == 0
+    prompt = first_prompt(tmp_path / "r.jsonl")
+    assert "<calc> expression </calc>" in prompt and "<search>" not in prompt
 
 
 def test_prepare_qa_reports_prompts_longer_than_the_budget(tmp_path, capsys):
     from agentrl.models.tiny import make_tiny_model_dir
-    from data.prepare_qa import main
 
     model = make_tiny_model_dir(tmp_path / "model", texts=[SEARCH_R1_INSTRUCTION], size="nano")
-    argv = [
-        "--input",
-        str(_questions(tmp_path)),
-        "--source",
-        "w",
-        "--split",
-        "t",
-        "--out",
-        str(tmp_path / "r.jsonl"),
-    ]
-    assert main([*argv, "--tokenizer", str(model), "--max-prompt-length", "8"]) == 0
+    assert prepare_qa(tmp_path, "r.jsonl", "--tokenizer", str(model), "--max-prompt-length", "8") == 0
     err = capsys.readouterr().err
     assert "warning: 3 of 3 prompts are longer than 8 tokens (first ids: q0, q1, q2)" in err
-    assert main([*argv, "--tokenizer", str(model), "--max-prompt-length", "100000"]) == 0
+    assert prepare_qa(tmp_path, "r.jsonl", "--tokenizer", str(model), "--max-prompt-length", "100000") == 0
     assert "warning" not in capsys.readouterr().err

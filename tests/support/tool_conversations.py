@@ -98,6 +98,25 @@ def rendered_up_to_last_turn(tokenizer: Any, messages: list[dict[str, Any]], eot
     return text[: text.rindex(eot) + len(eot)]
 
 
+def assert_plays_as_rendered(
+    fmt: Any,
+    tokenizer: Any,
+    question: str,
+    turns: list[Turn],
+    *,
+    header_has: str = "",
+    eot: str = "<|im_end|>",
+    **render: Any,
+) -> list[list[int]]:
+    """Token-exactness: ``turns`` played through ``fmt`` (``play``) decode to the template's render
+    of the whole conversation up to the last turn's ``eot`` (``rendered_up_to_last_turn`` with
+    ``render``: ``chat_template``, ``enable_thinking``); returns the observation ids per turn."""
+    ids, observations = play(fmt, tokenizer, question, turns, header_has=header_has)
+    expected = rendered_up_to_last_turn(tokenizer, whole_conversation(question, turns), eot, **render)
+    assert tokenizer.decode(ids, skip_special_tokens=False) == expected
+    return observations
+
+
 # A trajectory that makes 1, then 2, then 3 calls and then answers.
 THREE_TURNS = [
     Turn("I should search.", [("search", {"query": "capital of France"})], ["Doc 1: Paris is the capital."]),
