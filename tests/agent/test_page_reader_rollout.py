@@ -57,4 +57,4 @@ def test_the_page_reader_is_called_by_config_and_its_window_is_the_observation(
     window = " ".join(BERLIN.split()[:12])
     expected = f'Page "Berlin", words 0-11 of {total} (next offset: 12).\n{window}'
     assert expected in tokenizer.decode(traj.response_ids)
-    assert traj.tool_metrics["open_page_words"] == 12.0
+    assert traj.tool_metrics["open_page/words"] == 12.0

@@ -315,11 +315,11 @@ def test_the_tool_reads_windows_through_the_dispatcher_in_one_request_for_calls_
     total, fourth_starts = len(words), sum(len(t.split()) for t in page.texts[:3])
     assert first.result.text.startswith(f'Page "{page.title}", words 0-39 of {total} (next offset: 40).\n')
     assert first.result.text.split("\n", 1)[1].split() == words[:40]
-    assert first.result.metrics == {"open_page_words": 40.0, "open_page_not_found": 0.0}
+    assert first.result.metrics == {"open_page/words": 40.0, "open_page/not_found": 0.0}
     assert second.result.text.split("\n", 1)[1].split() == words[40:65]
     assert f"the passage you opened starts at word {fourth_starts}" in second.result.text
     assert missing.result.text == "Error: no page titled 'No Such Title'."
-    assert missing.result.metrics["open_page_not_found"] == 1.0
+    assert missing.result.metrics["open_page/not_found"] == 1.0
     records = [json.loads(ln) for ln in access_log.read_text().splitlines() if '"/open_page"' in ln]
     assert len(records) == before + 1 and records[-1]["queries"] == 3  # three calls, one request
 

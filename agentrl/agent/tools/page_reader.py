@@ -6,7 +6,8 @@ shows its title (``Doc 1(Title: "Paris") …``), so the policy opens the page by
 a passage id (what ``/retrieve`` returns) opens the page that holds the passage. Windows are
 counted in words: ``offset`` is the first word, ``length`` how many, and the observation
 says where the next window starts. An unknown title or id, or an offset past the page's
-end, is an observation the policy can learn from, not a failure.
+end, is an observation the policy can learn from, not a failure. Each call's metrics,
+``open_page/words`` (words read) and ``open_page/not_found``, are prefixed by the tool's name.
 
 Calls that arrive together go to the server as one request (split at
 ``max_pages_per_request``); the HTTP client is the search tool's (``search_client``: one
@@ -148,7 +149,10 @@ class PageReaderTool:
         return [
             ToolResult(
                 format_window(w),
-                {"open_page_words": float(w.get("words", 0)), "open_page_not_found": float(not w["found"])},
+                {
+                    f"{self.spec.name}/words": float(w.get("words", 0)),
+                    f"{self.spec.name}/not_found": float(not w["found"]),
+                },
             )
             for w in windows
         ]
