@@ -30,9 +30,11 @@ from agentrl.data.qa import QADataError, read_question_records, sample_records, 
 
 def instruction_of(tools: list[ToolConfig], tool_format: str) -> str:
     """The instruction for ``tools``, each built by the tool registry as the rollout builds it."""
-    from agentrl.agent.tools import as_typed, build_tool
+    from agentrl.agent.tools import as_typed
+    from agentrl.agent.tools.registry import build_toolset
 
-    return instruction_template([tool_prompt(as_typed(build_tool(t))) for t in tools], tool_format)
+    built = [tool for config in tools for tool in build_toolset(config)]  # a tool set: its tools
+    return instruction_template([tool_prompt(as_typed(tool)) for tool in built], tool_format)
 
 
 def overlong(rows: list[dict[str, Any]], tokenizer_path: str, max_prompt_length: int) -> list[str]:

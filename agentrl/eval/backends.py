@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl.agent.tools.registry import build_tool
+from agentrl.agent.tools.registry import build_toolset
 from agentrl.agent.tools.search import SearchTool
 from agentrl.agent.tools.search_client import RetrieverClient, RetrieverError
 from agentrl.agent.tools.typed import as_typed
@@ -134,9 +134,9 @@ def agent_tools(
     tools: Sequence[ToolConfig], retriever_url: str | None, topk: int, timeout_s: float
 ) -> list[Any]:
     """The agent mode's tools: ``tools`` (a trained config's ``actor.rollout.tools``) built by the
-    registry, in order, as the rollout builds them, except that every search tool asks the
-    evaluation's retriever (``url``) with its ``topk`` and ``timeout_s``; their other options
-    stay as configured."""
+    registry, in order, as the rollout builds them (a tool set, e.g. an MCP server, gives each tool
+    it lists), except that every search tool asks the evaluation's retriever (``url``) with its
+    ``topk`` and ``timeout_s``; their other options stay as configured."""
     built = []
     for config in tools:
         options = dict(config.options or {})
@@ -144,7 +144,7 @@ def agent_tools(
             if not retriever_url:
                 raise ValueError(f"tool {config.class_path!r} needs a retriever_url to ask")
             options |= {"url": retriever_url, "topk": topk, "timeout_s": timeout_s}
-        built.append(build_tool(ToolConfig(config.class_path, options)))
+        built.extend(build_toolset(ToolConfig(config.class_path, options)))  # a tool set: its tools
     return built
 
 

@@ -8,7 +8,10 @@ the protocol reserves (``think``, ``information``, ``answer``) and two tools sha
 or a name are refused by the registry's own checks, with the element named.
 
 A tool's constructor runs here on the driver: it should open connections lazily (as
-``SearchTool`` does), on its first call inside the worker.
+``SearchTool`` does), on its first call inside the worker. An element that is a tool set
+(``registry.build_toolset``: an MCP server's tools, ``MCPTools``) is listed here, once: each
+tool it lists is checked like any other (a clash names the element that has the name first),
+and a set that cannot be listed (a server that does not start) stops the run by its element.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from agentrl.agent.tools.registry import build_tool
+from agentrl.agent.tools.base import ToolError
+from agentrl.agent.tools.registry import build_toolset, is_tool_set
 from agentrl.agent.tools.typed import as_typed
 from agentrl.config.schema import ToolConfig
 from agentrl.importing import import_object
@@ -92,21 +96,25 @@ def check_tools(configs: Sequence[ToolConfig]) -> ToolNames:
     or a tag or name another tool already uses.
     """
     tags: list[str] = []
-    names: dict[str, int] = {}
+    names: list[str] = []
+    owner: dict[tuple[str, str], int] = {}  # (kind, tag or name) -> the element that has it first
     for i, config in enumerate(configs):
         where = f"actor.rollout.tools[{i}] ({config.class_path})"
         cls = _tool_class(config.class_path, where)
         _check_option_names(cls, dict(config.options or {}), where)
         try:
-            tool = as_typed(build_tool(config), "tool")
-        except (ImportError, TypeError, ValueError) as exc:
+            built = [as_typed(tool, "tool") for tool in build_toolset(config)]
+        except (ImportError, TypeError, ValueError, ToolError) as exc:
             raise ToolConfigError(f"{where}: {exc}") from None
-        for kind, key, seen in (("tag", tool.tag, tags), ("name", tool.name, list(names))):
-            if key in seen:
-                first = tags.index(key) if kind == "tag" else names[key]
-                raise ToolConfigError(
-                    f"{where}: {kind} '{key}' is already used by actor.rollout.tools[{first}]"
-                )
-        tags.append(tool.tag)
-        names[tool.name] = i
+        for tool in built:
+            for kind, key in (("tag", tool.tag), ("name", tool.name)):
+                if (kind, key) in owner:
+                    hint = "; a tool set's options may rename its tools (MCPTools: 'prefix')"
+                    raise ToolConfigError(
+                        f"{where}: {kind} '{key}' is already used by actor.rollout.tools[{owner[kind, key]}]"
+                        + (hint if is_tool_set(cls) else "")
+                    )
+                owner[kind, key] = i
+            tags.append(tool.tag)
+            names.append(tool.name)
     return ToolNames(tuple(tags), tuple(names))

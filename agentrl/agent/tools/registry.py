@@ -5,6 +5,13 @@
 arguments. Options are checked against the constructor's signature first, so a typo
 fails with the tool's path and the option's name instead of a bare ``TypeError``. Tag
 tools and schema tools (``typed.py``) are both built and checked here.
+
+One element builds one tool, or several: a class whose instances have ``list_tools()`` (and
+neither a ``spec`` nor an ``execute``) is a **tool set**, e.g. ``mcp_tools.MCPTools``, the
+tools of one MCP server; the element stands for every tool the set lists, each a tool of its
+own (name, schema, calls, metrics). ``build_toolset`` is that expansion, the one place it
+happens; ``build_tools`` collects every element's tools; ``build_tool`` builds an element that
+is one tool and refuses a tool set.
 """
 
 from __future__ import annotations
@@ -40,8 +47,17 @@ def _check_options(cls: Any, options: Mapping[str, Any], path: str) -> None:
         raise ValueError(f"tool {path!r}: missing required option(s) {missing}")
 
 
-def build_tool(config: ToolConfig | Mapping[str, Any]) -> Tool:
-    """Instantiate one tool from its config (a ``ToolConfig`` or a plain mapping)."""
+def is_tool_set(obj: Any) -> bool:
+    """Whether ``obj`` is a tool set (it lists tools) rather than a tool."""
+    return (
+        callable(getattr(obj, "list_tools", None))
+        and not hasattr(obj, "spec")
+        and not hasattr(obj, "execute")
+    )
+
+
+def _instantiate(config: ToolConfig | Mapping[str, Any]) -> tuple[Any, str]:
+    """The object one config element names, built with its options, and the element's path."""
     if isinstance(config, Mapping):
         unknown = set(config) - {"class_path", "options"}
         if unknown:
@@ -56,24 +72,46 @@ def build_tool(config: ToolConfig | Mapping[str, Any]) -> Tool:
         raise TypeError(f"tool class_path {path!r} names {type(cls).__name__}, not a class")
     _check_options(cls, options, path)
     try:
-        tool = cls(**options)
+        return cls(**options), path
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"tool {path!r}: {exc}") from exc
-    as_typed(tool, f"tool {path!r}")  # checked: the attributes its kind needs, tag, timeout, spec
-    return tool
+
+
+def build_toolset(config: ToolConfig | Mapping[str, Any]) -> list[Tool]:
+    """The tools one config element builds: its one tool, or every tool its tool set lists."""
+    built, path = _instantiate(config)
+    if not is_tool_set(built):
+        as_typed(built, f"tool {path!r}")  # checked: the attributes its kind needs, tag, timeout, spec
+        return [built]
+    try:
+        tools = list(built.list_tools())
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"tool {path!r}: {exc}") from exc
+    for i, tool in enumerate(tools):
+        as_typed(tool, f"tool {path!r}, listed tool {i}")
+    return tools
+
+
+def build_tool(config: ToolConfig | Mapping[str, Any]) -> Tool:
+    """Instantiate one tool from its config (a ``ToolConfig`` or a plain mapping); a tool set is refused."""
+    built, path = _instantiate(config)
+    if is_tool_set(built):
+        raise TypeError(f"tool {path!r} is a tool set (it lists several tools): build it with build_toolset")
+    as_typed(built, f"tool {path!r}")  # checked: the attributes its kind needs, tag, timeout, spec
+    return built
 
 
 def build_tools(configs: Iterable[ToolConfig | Mapping[str, Any]]) -> dict[str, Tool]:
-    """All configured tools by tag; two tools may not share a tag or a name."""
+    """All configured tools by tag, tool sets expanded; two tools may not share a tag or a name."""
     tools: dict[str, Tool] = {}
     seen: dict[tuple[str, str], Any] = {}  # ("tag", "<search>") / ("name", "'search'") -> tool
     for config in configs:
-        tool = build_tool(config)
-        typed = as_typed(tool)
-        for key in (("tag", f"<{typed.tag}>"), ("name", repr(typed.name))):
-            if key in seen:
-                first, second = type(seen[key]).__name__, type(tool).__name__
-                raise ValueError(f"tools {first} and {second} both use {key[0]} {key[1]}")
-            seen[key] = tool
-        tools[typed.tag] = tool
+        for tool in build_toolset(config):
+            typed = as_typed(tool)
+            for key in (("tag", f"<{typed.tag}>"), ("name", repr(typed.name))):
+                if key in seen:
+                    first, second = type(seen[key]).__name__, type(tool).__name__
+                    raise ValueError(f"tools {first} and {second} both use {key[0]} {key[1]}")
+                seen[key] = tool
+            tools[typed.tag] = tool
     return tools

@@ -111,6 +111,8 @@ async def within_deadline(awaitable: Awaitable[T], tool: TypedTool, doing: str =
     """``awaitable`` bounded by the tool's ``timeout_s``; past it, ``ToolTimeout`` names the tool."""
     try:
         return await asyncio.wait_for(awaitable, timeout=tool.timeout_s)
+    except ToolTimeout:  # the tool's own, finer deadline (a subclass of TimeoutError): its message stands
+        raise
     except asyncio.TimeoutError:
         raise ToolTimeout(f"{tool.label} did not {doing} within {tool.timeout_s} s") from None
 
