@@ -207,6 +207,7 @@ def test_a_server_that_dies_mid_rollout_becomes_error_observations_not_a_crash(t
     assert all("did not start" in c.message for c in t.calls[2:])
     assert t.tool_failures == 3 and result.metrics["rollout/tool_failures_total"] == 3
     assert t.tool_calls == {"pid": 1, "die": 1, "add": 1, "echo": 1}
+    assert result.metrics["rollout/tool_calls/pid"] == 1 and result.metrics["rollout/tool/pid/errors"] == 0
     first_server = int(t.calls[0].message)
     assert servers_running() == [] and first_server not in servers_running()
 

@@ -1,7 +1,7 @@
 """Tools the policy can call (by tag or by schema), and the registry that builds them from config."""
 
 from agentrl.agent.tools.base import Tool, ToolContractError, ToolError, ToolResult, ToolTimeout
-from agentrl.agent.tools.registry import build_tool, build_tools
+from agentrl.agent.tools.registry import build_tool, build_tools, build_toolset
 from agentrl.agent.tools.spec import ToolSpec, argument_errors
 from agentrl.agent.tools.typed import SchemaTool, ToolSession, TypedTool, as_typed
 
@@ -19,4 +19,5 @@ __all__ = [
     "as_typed",
     "build_tool",
     "build_tools",
+    "build_toolset",
 ]
