@@ -7,6 +7,12 @@ Hermes-style template renders), and the last turn answers in ``<answer>``. An ar
 question's two searches are independent, so one turn makes both calls (they run in parallel);
 the next turn calls ``calculate`` on the two years, and the last copies its result.
 
+A search's ``query`` is the step's ``need`` ("the birth year of Bolfar Rildam"), not the tags
+oracle's keywords ("Bolfar Rildam born year"): inside JSON a query's first word follows a quote,
+and a byte-level BPE gives a name there other tokens than after a space (``Bolfar`` vs
+``ĠBolfar``), so a name opening the query is no longer a copy of the question's and a 2-layer
+policy learns to recall names instead of copying them. Every name in a need follows a space.
+
 Each turn ends with ``end_of_turn`` (pass the tokenizer's eos, e.g. ``<|im_end|>``: in this
 format a turn ends at the template's end-of-turn token, which the policy writes).
 """
@@ -47,8 +53,9 @@ def hermes_oracle_trajectory(
 
     One- and two-hop questions: one search per turn, as :func:`.oracle.oracle_trajectory` (the
     second query is built from the first answer). Arithmetic questions: both searches in one
-    turn, ``calculate`` on the chain's answers in the next, then the answer. A turn's ``query``
-    holds its calls (set: the environment answers the turn).
+    turn, ``calculate`` on the chain's answers in the next, then the answer. Each search asks for
+    the step's ``need`` (module docstring). A turn's ``query`` holds its calls (set: the
+    environment answers the turn).
     """
     answer = question.golden_answers[0]
     known = [finding(step) for step in question.chain]
@@ -56,12 +63,12 @@ def hermes_oracle_trajectory(
         turns = []
         for i, step in enumerate(question.chain):
             lead = "I need to find" if i == 0 else "Now I need to find"
-            call = hermes_call(search[0], {search[1]: step.query})
+            call = hermes_call(search[0], {search[1]: step.need})
             turns.append(_tool_turn(" ".join([*known[:i], f"{lead} {step.need}."]), [call], end_of_turn))
         final = " ".join([*known, f"So the answer is {answer}."])
         return [*turns, _answer_turn(final, answer, end_of_turn)]
     needs = " and ".join(step.need for step in question.chain)
-    searches = [hermes_call(search[0], {search[1]: step.query}) for step in question.chain]
+    searches = [hermes_call(search[0], {search[1]: step.need}) for step in question.chain]
     compute = hermes_call(calculate[0], {calculate[1]: question.calculation})
     return [
         _tool_turn(f"I need to find {needs}.", searches, end_of_turn),
