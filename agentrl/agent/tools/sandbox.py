@@ -35,6 +35,7 @@ from typing import Any
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("sandbox_repl.py"))
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable, full of other programs' files
+UNSHARE = ["setpriv", "--pdeathsig", "KILL", "unshare"]  # unshare ends with the host, and with it all
 NAMESPACES = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "--kill-child"]
 _probed: dict[tuple[str, int], str | None] = {}
 
@@ -85,13 +86,15 @@ def probe(level: str) -> str | None:
 def _probe(level: str) -> str | None:
     if level in ("audit", "none"):
         return None
-    launcher = "bwrap" if level == "bwrap" else "unshare"
-    if shutil.which(launcher) is None:
-        return f"{launcher} is not on PATH"
+    launchers = ["bwrap"] if level == "bwrap" else ["unshare", "setpriv"]
+    for launcher in launchers:
+        if shutil.which(launcher) is None:
+            return f"{launcher} is not on PATH"
+    launcher = launchers[0]
     if level == "bwrap":
         argv = ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", "true"]
     else:
-        argv = ["unshare", *_userns(), *NAMESPACES, "true"]
+        argv = [*UNSHARE, *_userns(), *NAMESPACES, "true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, env=base_env("/"), check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -241,6 +244,7 @@ def launch(
         "guard": level == "audit",
         "reaper": level == "unshare",
         "drop_caps": level == "unshare" and os.geteuid() != 0,
+        "parent": os.getpid() if level in ("audit", "none") else None,  # it dies with us
     }
     if level == "unshare":
         config["mounts"] = {"cover": plan.cover, "keep": plan.keep, "workdir": workdir}
@@ -248,7 +252,7 @@ def launch(
     if level == "bwrap":
         command = [*_bwrap_arguments(workdir, user, plan), "--", *command]
     elif level == "unshare":
-        command = ["unshare", *_userns(), *NAMESPACES, "--", *command]
+        command = [*UNSHARE, *_userns(), *NAMESPACES, "--", *command]
     return Launch(command, base_env(workdir))
 
 
@@ -257,6 +261,10 @@ def _bwrap_arguments(workdir: str, user: tuple[int, int] | None, plan: MountPlan
     for top in plan.cover:
         args += ["--tmpfs", top]
     for path in plan.keep:
+        top = next(t for t in plan.cover if _under(path, t))
+        between = Path(path).parents
+        for parent in reversed([str(p) for p in between if _under(str(p), top) and str(p) != top]):
+            args += ["--perms", "0755", "--dir", parent]  # bwrap would make them 0700
         args += ["--ro-bind", path, path]
     args += ["--bind", workdir, workdir]
     for top in plan.cover:  # the covers themselves read-only; what is bound into them keeps its mode

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import select
 import shutil
 import signal
@@ -22,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 from agentrl.agent.tools.sandbox import Launch
@@ -105,6 +107,48 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
+_spawn_queue: queue.SimpleQueue[tuple[Launch, Future[subprocess.Popen[bytes]]]] = queue.SimpleQueue()
+_spawner_lock = threading.Lock()
+_spawner: threading.Thread | None = None
+
+
+def _spawn(launch: Launch) -> subprocess.Popen[bytes]:
+    """``launch`` started by the one spawner thread, which lives as long as this process.
+
+    The sandbox ends when the host dies through a parent-death signal (``--die-with-parent``,
+    ``setpriv --pdeathsig``, ``PR_SET_PDEATHSIG`` in the interpreter), and the kernel sends it
+    when the *thread* that forked the child ends: a child forked on a short-lived worker
+    thread would be killed after its first call.
+    """
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawn_forever, name="sandbox-spawner", daemon=True)
+            _spawner.start()
+    done: Future[subprocess.Popen[bytes]] = Future()
+    _spawn_queue.put((launch, done))
+    return done.result()
+
+
+def _spawn_forever() -> None:
+    while True:
+        launch, done = _spawn_queue.get()
+        try:
+            done.set_result(
+                subprocess.Popen(
+                    launch.argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=launch.env,
+                    cwd="/",
+                    start_new_session=True,  # one group to kill, away from the trainer's terminal
+                )
+            )
+        except BaseException as exc:  # handed to the caller, which raises it
+            done.set_exception(exc)
+
+
 class SandboxProcess:
     """A started interpreter; see the module docstring."""
 
@@ -114,15 +158,7 @@ class SandboxProcess:
         self._ended = self._busy = False
         self._startup_output = ""
         try:
-            self._proc = subprocess.Popen(
-                launch.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=launch.env,
-                cwd="/",
-                start_new_session=True,  # one group to kill, away from the trainer's terminal
-            )
+            self._proc = _spawn(launch)
         except OSError as exc:
             remove_tree(workdir)
             raise SandboxStartError(f"cannot start {launch.argv[0]!r}: {exc}") from exc

@@ -17,6 +17,8 @@ In order, before any of the policy's code runs:
 3. **privileges**: from root to the session's own uid/gid with no supplementary groups (every
    capability is lost with it), or, as root of a user namespace that maps only one uid, every
    capability dropped and root's special treatment on ``exec`` switched off; ``no_new_privs``;
+   then a parent-death signal, so the interpreter dies with the host (or with the launcher,
+   which dies with the host);
 4. **reaper** (when this process is PID 1 of a fresh PID namespace): it forks; PID 1 only
    reaps orphans (whose zombies would count against ``RLIMIT_NPROC``) and exits with the
    interpreter, which ends every process left in the namespace;
@@ -61,7 +63,7 @@ MOUNT_FLAGS = {
     "nodiratime": MS_NODIRATIME,
     "relatime": MS_RELATIME,
 }
-PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 38, 24, 28
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 38, 24, 28
 SECBIT_NOROOT_ALL = 0x3F  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS-off, each with its lock bit
 
 
@@ -138,15 +140,15 @@ def drop_privileges(user: list[int] | None, drop_caps: bool) -> None:
         uid, gid = user
         os.setgroups([])
         os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # the effective and permitted capabilities go with root
     elif drop_caps:
         _check(_libc.prctl(PR_SET_SECUREBITS, SECBIT_NOROOT_ALL, 0, 0, 0), "securebits")
         for cap in range(64):
             if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
                 break  # past the last capability this kernel knows
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-        data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
-        _check(_libc.capset(header, data), "capset")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+    _check(_libc.capset(header, data), "capset")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
@@ -365,11 +367,17 @@ class Interpreter:
 
 
 def main(config: dict) -> None:
+    os.umask(0o022)  # the directories setup makes must be enterable whatever the host's umask
     if config.get("mounts"):
         setup_mounts(config["mounts"])
     requests, replies = os.dup(0), os.dup(1)  # the host's channel; 0, 1 and 2 become the call's
     apply_limits(config["limits"])
     drop_privileges(config.get("user"), config.get("drop_caps", False))
+    # Die with our parent (the host, or the launcher that dies with it); set after the uid
+    # change, which clears it. A PID 1 (unshare) takes the namespace down with it.
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    if config.get("parent") and os.getppid() != config["parent"]:
+        os._exit(1)  # the host died before the line above
     if config.get("reaper"):
         become_reaped_child((requests, replies))
     os.chdir(config["workdir"])
