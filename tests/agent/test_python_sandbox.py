@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import os
 import shutil
@@ -241,6 +242,17 @@ def test_a_gigabyte_of_output_is_cut_and_the_cut_is_said(level, work_root):
         assert texts[1].startswith("z" * 1000 + "\n[output cut: 8,388,608 bytes were written")  # file_size_mb
 
 
+@pytest.mark.parametrize("level", NAMESPACE_LEVELS)
+def test_the_working_directory_holds_at_most_workdir_mb(level, work_root):
+    tool = make(level, work_root, workdir_mb=4)
+    first, second = run_session(
+        tool,
+        "open('a', 'wb').write(bytes(3 << 20))",
+        "try:\n    open('b', 'wb').write(bytes(3 << 20))\nexcept OSError as e:\n    print(e.strerror)",
+    )
+    assert (first, second) == (str(3 << 20), "No space left on device")
+
+
 # --- no way out ------------------------------------------------------------------------------
 
 
@@ -299,7 +311,8 @@ def test_a_session_cannot_read_or_list_another_sessions_files(level, work_root):
                 {"code": "open('secret.txt', 'w').write('SECRET-42')\nimport os\nos.getcwd()"}
             )
             path = os.path.join(eval(where.text), "secret.txt")  # noqa: S307 (a repr of a str we made)
-            assert Path(path).read_text() == "SECRET-42"
+            if level == "audit":  # on the host's disk; at the namespace levels, a tmpfs of the sandbox
+                assert Path(path).read_text() == "SECRET-42"
             probes = f"""
                 import os
                 for probe in (lambda: open({path!r}).read(), lambda: os.listdir({work_root!r})):
@@ -345,34 +358,35 @@ def test_killing_the_parent_process_or_the_host_leaves_both_alive(level, work_ro
 
 
 HOST_SCRIPT = """
-import asyncio, sys
+import asyncio, json, sys
 from agentrl.agent.tools.python_sandbox import PythonSandboxTool
 
 async def main():
-    tool = PythonSandboxTool(isolation=sys.argv[1], python=sys.argv[2] or None, work_root=sys.argv[3])
-    session = await tool.open_session()
-    await session.call({"code": "1"})
+    sessions = []
+    for level, python in json.loads(sys.argv[1]):
+        tool = PythonSandboxTool(isolation=level, python=python, work_root=sys.argv[2])
+        sessions.append(await tool.open_session())
+    for session in sessions:
+        await session.call({"code": "1"})
     print("started", flush=True)
-    await session.call({"code": "while True: pass"})
+    await asyncio.gather(*(session.call({"code": "while True: pass"}) for session in sessions))
 
 asyncio.run(main())
 """
 
 
-@pytest.mark.parametrize("level", LEVELS)
-def test_a_host_killed_mid_call_takes_its_sandbox_along_and_the_next_host_sweeps_its_directory(
-    level, work_root
-):
+def test_a_host_killed_mid_call_takes_its_sandboxes_along_at_every_level(work_root):
+    levels = [(level, python_for(level)) for level in LEVELS]
     host = subprocess.Popen(
-        [sys.executable, "-c", HOST_SCRIPT, level, python_for(level) or "", work_root],
+        [sys.executable, "-c", HOST_SCRIPT, json.dumps(levels), work_root],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert host.stdout.readline().strip() == "started"  # type: ignore[union-attr]
-        time.sleep(0.3)  # into the endless loop
-        assert sandbox_uid_processes() if AS_ROOT else True
+        time.sleep(0.3)  # into the endless loops
+        assert len(sandbox_uid_processes()) >= len(levels) or not AS_ROOT
     finally:
         host.kill()
         host.wait()
@@ -380,9 +394,12 @@ def test_a_host_killed_mid_call_takes_its_sandbox_along_and_the_next_host_sweeps
     deadline = time.monotonic() + 5
     while sandbox_uid_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sandbox_uid_processes() == []  # the parent-death signal ended the sandbox
-    assert len(os.listdir(work_root)) == 1  # the dead host's working directory, until
-    make(level, work_root)  # the next tool on this work_root sweeps it
+    assert sandbox_uid_processes() == []  # the parent-death signals ended every sandbox
+    # The audit level's working directory is on the host's disk (the namespace levels' is a
+    # tmpfs, gone with them): left by the dead host until the next tool on this work_root.
+    assert len(os.listdir(work_root)) == 1
+    make("audit", work_root)
+    assert os.listdir(work_root) == []
 
 
 # --- the pool, closing, the formats ------------------------------------------------------------

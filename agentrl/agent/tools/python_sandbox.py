@@ -22,6 +22,7 @@ start raises ``ToolError`` (the rollout's ``tool_error_policy`` decides).
 from __future__ import annotations
 
 import ast
+import itertools
 import logging
 import os
 import tempfile
@@ -116,6 +117,7 @@ class PythonSandboxTool:
         file_size_mb: int = 64,
         open_files: int = 256,
         max_output_bytes: int = 8192,
+        workdir_mb: int = 128,
         max_code_chars: int = 20000,
         max_interpreters: int = 16,
         queue_timeout_s: float = 60.0,
@@ -132,7 +134,14 @@ class PythonSandboxTool:
         description: str = DESCRIPTION,
     ) -> None:
         self.limits = SandboxLimits(
-            wall_time_s, cpu_time_s, memory_mb, processes, file_size_mb, open_files, max_output_bytes
+            wall_time_s,
+            cpu_time_s,
+            memory_mb,
+            processes,
+            file_size_mb,
+            open_files,
+            max_output_bytes,
+            workdir_mb,
         )
         self.queue_timeout_s, self.start_timeout_s = float(queue_timeout_s), float(start_timeout_s)
         chosen = choose_isolation(isolation, allow_unisolated)
@@ -162,6 +171,7 @@ class PythonSandboxTool:
         )
         self.tag = name
         self._sessions: set[PythonSession] = set()
+        self._names = itertools.count()
         self._lock = threading.Lock()
         weak = self.isolation in ("audit", "none")
         logger.log(logging.WARNING if weak else logging.INFO, "%s", self.describe())
@@ -219,7 +229,10 @@ class PythonSandboxTool:
 
     def _start(self, slot: Slot) -> SandboxProcess:
         user = None if slot.uid is None or slot.gid is None else (slot.uid, slot.gid)
-        workdir = make_workdir(self.work_root, user)
+        if self.isolation in ("bwrap", "unshare"):  # a tmpfs made inside the sandbox: only a name here
+            workdir, host_dir = os.path.join(self.work_root, f"s{os.getpid()}-{next(self._names)}"), None
+        else:
+            workdir = host_dir = make_workdir(self.work_root, user)
         command = launch(
             self.isolation,
             python=self.python,
@@ -230,7 +243,7 @@ class PythonSandboxTool:
             plan=self._plan,
         )
         max_reply = 18 * self.limits.max_output_bytes + (1 << 20)  # three texts, JSON-escaped
-        return SandboxProcess(command, workdir, slot.uid, max_reply)
+        return SandboxProcess(command, host_dir, slot.uid, max_reply)
 
 
 class PythonSession:

@@ -55,6 +55,7 @@ class SandboxLimits:
     file_size_mb: int = 64
     open_files: int = 256
     max_output_bytes: int = 8192
+    workdir_mb: int = 128
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -245,18 +246,26 @@ def launch(
         "reaper": level == "unshare",
         "drop_caps": level == "unshare" and os.geteuid() != 0,
         "parent": os.getpid() if level in ("audit", "none") else None,  # it dies with us
+        "chown_workdir": level == "bwrap" and user is not None,
     }
     if level == "unshare":
-        config["mounts"] = {"cover": plan.cover, "keep": plan.keep, "workdir": workdir}
+        config["mounts"] = {
+            "cover": plan.cover,
+            "keep": plan.keep,
+            "workdir": workdir,
+            "workdir_mb": limits.workdir_mb,
+        }
     command = [python, "-I", REPL_SCRIPT, json.dumps(config)]
     if level == "bwrap":
-        command = [*_bwrap_arguments(workdir, user, plan), "--", *command]
+        command = [*_bwrap_arguments(workdir, user, plan, limits.workdir_mb), "--", *command]
     elif level == "unshare":
         command = [*UNSHARE, *_userns(), *NAMESPACES, "--", *command]
     return Launch(command, base_env(workdir))
 
 
-def _bwrap_arguments(workdir: str, user: tuple[int, int] | None, plan: MountPlan) -> list[str]:
+def _bwrap_arguments(
+    workdir: str, user: tuple[int, int] | None, plan: MountPlan, workdir_mb: int
+) -> list[str]:
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for top in plan.cover:
         args += ["--tmpfs", top]
@@ -266,13 +275,13 @@ def _bwrap_arguments(workdir: str, user: tuple[int, int] | None, plan: MountPlan
         for parent in reversed([str(p) for p in between if _under(str(p), top) and str(p) != top]):
             args += ["--perms", "0755", "--dir", parent]  # bwrap would make them 0700
         args += ["--ro-bind", path, path]
-    args += ["--bind", workdir, workdir]
+    args += ["--size", str(workdir_mb << 20), "--perms", "0700", "--tmpfs", workdir]
     for top in plan.cover:  # the covers themselves read-only; what is bound into them keeps its mode
         args += ["--remount-ro", top]
     args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     args += ["--die-with-parent", "--new-session", "--chdir", workdir]
-    if user is not None:  # root: the interpreter needs these two to drop to its own uid
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    if user is not None:  # root: the interpreter needs these to give itself the working directory and drop
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]
     return args
 
 

@@ -5,7 +5,9 @@ own, with the sandbox's environment only), waits for the interpreter's ``ready``
 sends it code one call at a time (the frames of ``sandbox_repl``). A call that outlives its
 wall time ends the process; so does a reply that is not a frame. ``end`` (idempotent, safe
 from any thread, also while a call waits) kills the process group and, given the session's
-uid, every process of that uid, reaps the launcher and removes the working directory. The
+uid, every process of that uid, reaps the launcher and removes the working directory
+where it is on the host (``audit``, ``none``; at ``bwrap`` and ``unshare`` it is a tmpfs of
+the sandbox's own, gone with it). The
 PID namespace of the ``bwrap`` and ``unshare`` levels takes everything else down with it.
 """
 
@@ -152,15 +154,18 @@ def _spawn_forever() -> None:
 class SandboxProcess:
     """A started interpreter; see the module docstring."""
 
-    def __init__(self, launch: Launch, workdir: str, uid: int | None, max_reply_bytes: int) -> None:
-        self.workdir, self.uid, self.max_reply_bytes = workdir, uid, max_reply_bytes
+    def __init__(self, launch: Launch, host_dir: str | None, uid: int | None, max_reply_bytes: int) -> None:
+        """``host_dir``: the working directory on the host's filesystem, removed at the end
+        (None where it is a tmpfs inside the sandbox, which goes with it)."""
+        self.host_dir, self.uid, self.max_reply_bytes = host_dir, uid, max_reply_bytes
         self._lock = threading.Lock()
         self._ended = self._busy = False
         self._startup_output = ""
         try:
             self._proc = _spawn(launch)
         except OSError as exc:
-            remove_tree(workdir)
+            if host_dir is not None:
+                remove_tree(host_dir)
             raise SandboxStartError(f"cannot start {launch.argv[0]!r}: {exc}") from exc
 
     @property
@@ -272,7 +277,8 @@ class SandboxProcess:
         if self.uid is not None:
             kill_user(self.uid)  # what left the group (setsid) where no PID namespace ends it
         self._startup_output = self._read_stderr()
-        remove_tree(self.workdir)
+        if self.host_dir is not None:
+            remove_tree(self.host_dir)
         if not busy:
             self._close_pipes()
 

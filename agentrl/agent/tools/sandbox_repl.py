@@ -9,8 +9,9 @@ In order, before any of the policy's code runs:
    directory of the host's ``sandbox.MountPlan`` (``/tmp`` and the other shared temporary
    directories, the directory of every session's working directory, any directory the
    sandbox user cannot enter on the way to the interpreter, such as ``/root`` above a
-   pyenv), the interpreter's own directories and this session's working directory bound back
-   into them, then every mount read-only but the working directory;
+   pyenv), the interpreter's own directories bound back into them, the working directory a
+   tmpfs of its own (``workdir_mb``, 0700, the sandbox user's; gone with the namespace), then
+   every mount read-only but the working directory;
 2. **limits**: ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` (``SIGXFSZ`` ignored, so an
    oversized write fails with ``EFBIG`` instead of killing the process), ``RLIMIT_NOFILE``, no
    core files; ``RLIMIT_CPU`` is set per call (below);
@@ -99,18 +100,20 @@ def _mount_points() -> list[tuple[str, list[str]]]:
     return points
 
 
-def setup_mounts(mounts: dict) -> None:
+def setup_mounts(mounts: dict, user: list[int] | None) -> None:
     """Step 1 of the module docstring (we are root of this mount namespace)."""
     workdir = mounts["workdir"]
-    kept = [(path, os.open(path, os.O_PATH), False) for path in mounts["keep"]]
-    kept.append((workdir, os.open(workdir, os.O_PATH), True))  # held open: the covers hide them
+    kept = [(path, os.open(path, os.O_PATH)) for path in mounts["keep"]]  # held: the covers hide them
     for top in mounts["cover"]:  # outer first; an inner one is made inside the outer's tmpfs
         os.makedirs(top, exist_ok=True)
         _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
-    for path, fd, writable in kept:
+    for path, fd in kept:
         os.makedirs(path, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | (0 if writable else MS_REC))
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
+    os.makedirs(workdir, exist_ok=True)
+    owner = f",uid={user[0]},gid={user[1]}" if user else ""
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={mounts['workdir_mb']}m,mode=0700{owner}")
     for point, options in reversed(_mount_points()):  # children first
         if point == workdir:
             continue
@@ -369,7 +372,9 @@ class Interpreter:
 def main(config: dict) -> None:
     os.umask(0o022)  # the directories setup makes must be enterable whatever the host's umask
     if config.get("mounts"):
-        setup_mounts(config["mounts"])
+        setup_mounts(config["mounts"], config.get("user"))
+    if config.get("chown_workdir"):  # bubblewrap's tmpfs is root's; ours to give to the sandbox user
+        os.chown(config["workdir"], *config["user"])
     requests, replies = os.dup(0), os.dup(1)  # the host's channel; 0, 1 and 2 become the call's
     apply_limits(config["limits"])
     drop_privileges(config.get("user"), config.get("drop_caps", False))
