@@ -16,7 +16,12 @@ closed-loop clients send /retrieve requests of one distinct NQ question each (to
 * ``pages saturating``: /retrieve as above plus as many closed-loop /open_page clients;
 * ``alone``: /retrieve only, before the first mix and after each one. A mix is compared with
   the mean of the two ``alone`` phases around it, so the machine's drift over the run (other
-  jobs on shared cores) moves the baseline with it.
+  jobs on shared cores) moves the baseline with it;
+* ``pages only``: the closed-loop /open_page clients alone.
+
+The server's CPU time (user + system, from ``/proc``) is read over each phase; its CPU per
+request of each endpoint, measured alone, predicts the share of /retrieve's rate that a server
+bound by its CPU keeps at ``r`` pages per search: ``1 / (1 + r * cpu_page / cpu_retrieve)``.
 
 Figures are printed, not asserted. The load generator runs in this process, on the same
 cores as the server, so what /open_page costs the client counts too; on a 2-core machine
@@ -128,15 +133,16 @@ async def _server_cpu_s(pid: int, measure_from: float, until: float) -> float:
 async def run_phase(
     url: str, pid: int, queries: list[str], titles: list[str], args, pages: str | float | None
 ) -> dict:
-    """One phase: ``pages`` is None (retrieve alone), a rate in pages/s, or ``"saturate"``."""
+    """One phase: ``pages`` is None (retrieve alone), a rate in pages/s, ``"saturate"`` (closed-loop
+    page clients beside the retrieve clients) or ``"only"`` (closed-loop page clients alone)."""
     n = args.clients
     retrieval = RetrieverClient(url, timeout_s=60, deadline_s=120, max_attempts=1, max_connections=n)
     reader = RetrieverClient(url, timeout_s=60, deadline_s=120, max_attempts=1, max_connections=256)
     start = time.perf_counter()
     measure_from, until = start + WARMUP_S, start + WARMUP_S + args.phase_s
     r_phase, p_phase = Phase(measure_from, until), Phase(measure_from, until)
-    jobs = [_retrieve_loop(retrieval, queries, r_phase, until) for _ in range(n)]
-    if pages == "saturate":
+    jobs = [] if pages == "only" else [_retrieve_loop(retrieval, queries, r_phase, until) for _ in range(n)]
+    if pages in ("saturate", "only"):
         jobs += [_closed_pages(reader, titles, p_phase, until) for _ in range(n)]
     elif pages is not None:
         jobs.append(_paced_pages(reader, titles, float(pages), p_phase, until))
@@ -158,28 +164,20 @@ async def run_phase(
 
 
 def print_costs(rows: list[tuple[str, dict, float | None]], phase_s: float, rates: list[float]) -> None:
-    """The server's CPU per request of each endpoint, and what it predicts for a CPU-bound server.
+    """The server's CPU per request of each endpoint, each measured alone, and what they predict.
 
-    Less sensitive to other jobs on the machine than the rates where a request costs the server
-    about the same CPU whether the machine is busy or not (BM25: HTTP, JSON and a cheap search)."""
+    Steadier than the rates on a busy machine where a request costs the server about the same
+    CPU however busy the machine is (BM25: HTTP, JSON and a cheap search)."""
     per_retrieve = statistics.mean(
-        row["server_cpu_s"] / (row["retrieve"]["per_s"] * phase_s) for _, row, alone in rows if alone is None
+        row["server_cpu_s"] / (row["retrieve"]["per_s"] * phase_s) for name, row, _ in rows if name == "alone"
     )
-    per_page = statistics.mean(
-        (row["server_cpu_s"] - per_retrieve * row["retrieve"]["per_s"] * phase_s)
-        / (row["open_page"]["per_s"] * phase_s)
-        for _, row, alone in rows
-        if alone is not None and row["open_page"]["per_s"]
-    )
-    if per_page <= 0:
-        print("\nserver CPU per request: not measurable in this run (a /retrieve request's CPU varied more")
-        print("than what the /open_page requests added, e.g. a dense encoder on a busy machine)")
-        return
+    (only,) = [row for name, row, _ in rows if name == "pages only"]
+    per_page = only["server_cpu_s"] / (only["open_page"]["per_s"] * phase_s)
     shares = ", ".join(f"{r:g} -> {1 / (1 + r * per_page / per_retrieve):.0%}" for r in rates)
     print(
-        f"\nserver CPU per request: /retrieve {per_retrieve * 1e6:.0f} us (alone phases), /open_page "
-        f"{per_page * 1e6:.0f} us (the mixes, less what their /retrieve requests cost). A server bound "
-        f"by its CPU keeps this share of its /retrieve rate at r pages per search: {shares}"
+        f"\nserver CPU per request (each alone): /retrieve {per_retrieve * 1e6:.0f} us, /open_page "
+        f"{per_page * 1e6:.0f} us. A server bound by its CPU keeps this share of its /retrieve rate "
+        f"at r pages per search: {shares}"
     )
 
 
@@ -234,6 +232,7 @@ def main() -> int:
             alone = (before["retrieve"]["per_s"] + after["retrieve"]["per_s"]) / 2
             rows += [(name, mixed, alone), ("alone", after, None)]
             before = after
+        rows.append(("pages only", phase("only"), None))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -249,7 +248,11 @@ def main() -> int:
         r, o = row["retrieve"], row["open_page"]
         pages = f"{o['per_s']:.0f} | {o['p50_ms']:.1f} | {o['p99_ms']:.1f}" if o["per_s"] else "– | – | –"
         ratio = f"**{r['per_s'] / alone:.0%}**" if alone else ""
-        retrieve = f"{r['per_s']:.0f} | {ratio} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f}"
+        retrieve = (
+            f"{r['per_s']:.0f} | {ratio} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f}"
+            if r["per_s"]
+            else "– | | – | –"
+        )
         cpu = f"{row['server_cpu_s'] / args.phase_s:.0%}"
         print(
             f"| {name} | {retrieve} | {pages} | {cpu} | {r['errors'] + o['errors']} | {o['shed']} |",
