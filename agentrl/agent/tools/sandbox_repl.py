@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import codecs
 import ctypes
+import io
 import json
 import linecache
 import math
@@ -236,14 +237,18 @@ def read_frame(fd: int) -> dict | None:
     return None if body is None else json.loads(body)
 
 
-def write_frame(fd: int, message: dict) -> None:
-    body = json.dumps(message).encode()
-    view = memoryview(HEADER.pack(len(body)) + body)
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
-class CappedOutput:
+def write_frame(fd: int, message: dict) -> None:
+    body = json.dumps(message).encode()
+    write_all(fd, HEADER.pack(len(body)) + body)
+
+
+class CappedOutput(io.TextIOBase):
     """``sys.stdout``/``sys.stderr`` of a call: writes to the call's memory file until it holds ``cap``."""
 
     encoding = "utf-8"
@@ -261,23 +266,11 @@ class CappedOutput:
         if room < len(data):
             self.dropped += len(data) - max(room, 0)
             data = data[: max(room, 0)]
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        write_all(self.fd, data)
         return len(text)
-
-    def writelines(self, lines: list[str]) -> None:
-        for line in lines:
-            self.write(line)
-
-    def flush(self) -> None:
-        pass
 
     def fileno(self) -> int:
         return self.fd
-
-    def isatty(self) -> bool:
-        return False
 
     def writable(self) -> bool:
         return True
