@@ -67,7 +67,7 @@ class PageWindow:
     words: int  # words in this window (fewer than asked at the page's end, 0 past it)
     total_words: int
     next_offset: int | None  # where the next window starts; None: this window reaches the end
-    chunk_ids: list[str]  # the corpus passages whose words are in this window, in page order
+    chunk_ids: list[str]  # the passages from the window's first word's to its last word's, in order
     id_offset: int | None  # opened by id: the word at which that passage starts; by title: None
     title_pages: int  # how many pages carry this title (a title opens the first)
 

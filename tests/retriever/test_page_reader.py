@@ -26,7 +26,7 @@ from agentrl.agent.tools.page_reader import PageReaderTool
 from agentrl.agent.tools.search_client import RetrieverClient
 from retriever.build_index import main as build_index
 from retriever.config import ServerConfig
-from retriever.corpus import DocStore
+from retriever.corpus import DocStore, iter_corpus, write_docstore
 from retriever.index import open_backend
 from retriever.pages import PageIndex
 from retriever.process import RetrieverProcess, free_port
@@ -205,6 +205,46 @@ def test_the_page_index_is_built_once_and_reported_by_health(page_server, pages)
     health = page_server.health()
     assert health["pages"]["pages"] == len(pages)
     assert health["pages"]["titles"] == len({p.title for p in pages})
+
+
+def test_windows_tile_a_page_with_empty_untitled_and_oddly_spaced_passages(tmp_path: Path) -> None:
+    """Corpus shapes the shared corpus lacks: a passage with an empty text, one without a title
+    line, runs of spaces at a passage's edges, a repeated id (the first opens), a quoted title."""
+    contents = [
+        ("p0", '"A"\nalpha beta'),
+        ("p1", '"A"\n'),
+        ("p2", '"A"\n  gamma   delta  '),
+        ("p3", "no title line here"),
+        ("p4", '"B "quoted" title"\none'),
+        ("p5", '"A"\nsecond run'),
+        ("p0", '"C"\nrepeated id'),
+    ]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "contents": c}) + "\n" for i, c in contents))
+    write_docstore(iter_corpus(corpus), tmp_path)
+    index = PageIndex(DocStore(tmp_path))
+    pages = corpus_pages(corpus)
+    assert index.pages == len(pages) == 5 and index.titles == 4
+    for number, page in enumerate(pages):
+        words = page.text.split()
+        for length in (1, 2, 3):
+            offset, texts, spanned = 0, [], []
+            while offset is not None:
+                window = index.window(number, offset, length)
+                assert window.text.split() == words[offset : offset + length]
+                texts.append(window.text)
+                spanned += window.chunk_ids
+                offset = window.next_offset
+            assert "".join(texts) == page.text
+            assert set(spanned) <= set(page.ids)
+    assert index.open(None, "A", 0, 9)["text"] == "alpha beta    gamma   delta  "
+    assert index.open(None, 'B "quoted" title', 0, 9)["text"] == "one"
+    assert index.open("p0", None, 0, 9)["title"] == "A"  # the first passage with that id
+    assert index.open(None, "no title line here", 0, 9)["text"] == "no title line here"
+    assert index.open("p5", None, 0, 9) | {"text": None} == {
+        "found": True, "title": "A", "text": None, "offset": 0, "words": 2, "total_words": 2,
+        "next_offset": None, "chunk_ids": ["p5"], "id_offset": 0, "title_pages": 2,
+    }  # fmt: skip
 
 
 # --- bad input: 4xx naming the field (the /retrieve abuse tests, for /open_page) ----------------
