@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
-from agentrl.agent.tools import ToolError, as_typed, build_tool
+from agentrl.agent.tools import ToolError, ToolResult, as_typed, build_tool
 from agentrl.agent.tools import sandbox as sandbox_module
 from agentrl.agent.tools.python_sandbox import DEFAULT_UID_BASE, PythonSandboxTool, normalise_code
 from agentrl.agent.tools.sandbox import SandboxUnavailable, interpreter_paths, probe, unreadable_tops
@@ -69,17 +69,22 @@ def make(level: str, work_root: str, **options) -> PythonSandboxTool:
     return PythonSandboxTool(isolation=level, python=python_for(level), work_root=work_root, **options)
 
 
-def run_session(tool: PythonSandboxTool, *codes: str) -> list[str]:
-    """The messages of ``codes`` run one after another in one session, closed after."""
+def run_results(tool: PythonSandboxTool, *codes: str) -> list[ToolResult]:
+    """The results of ``codes`` run one after another in one session, closed after."""
 
-    async def go() -> list[str]:
+    async def go() -> list[ToolResult]:
         session = await tool.open_session()
         try:
-            return [(await session.call({"code": code})).text for code in codes]
+            return [await session.call({"code": code}) for code in codes]
         finally:
             await session.close()
 
     return asyncio.run(go())
+
+
+def run_session(tool: PythonSandboxTool, *codes: str) -> list[str]:
+    """The messages of ``codes`` run one after another in one session, closed after."""
+    return [result.text for result in run_results(tool, *codes)]
 
 
 def descendants() -> set[int]:
@@ -175,8 +180,21 @@ def test_an_endless_loop_is_stopped_at_the_wall_time_and_the_next_call_starts_af
     before = descendants()
     tool = make(level, work_root, wall_time_s=1.0)
     start = time.monotonic()
-    looped, after = run_session(tool, "x = 1\nwhile True: pass", "print('alive')\n'x' in globals()")
+    results = run_results(tool, "x = 1\nwhile True: pass", "print('alive')\n'x' in globals()")
     assert time.monotonic() - start < 8
+    looped, after = (r.text for r in results)
+    assert results[0].metrics == {
+        "python/errors": 1,
+        "python/timeouts": 1,
+        "python/output_cut": 0,
+        "python/restarts": 0,
+    }
+    assert results[1].metrics == {
+        "python/errors": 0,
+        "python/timeouts": 0,
+        "python/output_cut": 0,
+        "python/restarts": 1,
+    }
     assert looped.startswith("Error: the interpreter ran past the wall-time limit of 1 s, so it was stopped")
     assert after.startswith("[A new Python interpreter was started: the previous one ran past the wall-time")
     assert after.endswith("alive\nFalse")

@@ -269,6 +269,7 @@ class PythonSession:
 
     def _call(self, code: str) -> ToolResult:
         with self._call_lock:
+            process = self._ensure_process()  # may raise ToolError: then the notice waits
             notice, self._notice = self._notice, None
             prefix = (
                 f"[A new Python interpreter was started: the previous one {notice}. Variables, "
@@ -276,9 +277,6 @@ class PythonSession:
                 if notice
                 else ""
             )
-            process = self._ensure_process()
-            metrics = {"python_errors": 0.0, "python_timeouts": 0.0, "python_output_cut": 0.0}
-            metrics["python_restarts"] = float(bool(notice))
             try:
                 reply = process.run(normalise_code(code), self.tool.limits.wall_time_s)
             except InterpreterGone as exc:
@@ -286,15 +284,19 @@ class PythonSession:
                     self._process = None
                 self._notice = exc.reason
                 self.restarts += 1
-                metrics.update(python_errors=1.0, python_timeouts=float(exc.timed_out))
                 text = (
                     f"Error: the interpreter {exc.reason}, so it was stopped: its variables, imports "
                     "and files are gone. The next call starts a new interpreter."
                 )
-                return ToolResult(_clean(prefix + text), metrics)
+                return ToolResult(_clean(prefix + text), self._metrics(notice, True, exc.timed_out))
             text, cut = render(reply, self.tool.limits.max_output_bytes)
-            metrics.update(python_errors=float(bool(reply.get("error"))), python_output_cut=float(cut))
-            return ToolResult(_clean(prefix + text), metrics)
+            return ToolResult(_clean(prefix + text), self._metrics(notice, bool(reply.get("error")), cut=cut))
+
+    def _metrics(self, notice: str | None, error: bool, timed_out: bool = False, cut: bool = False) -> dict:
+        """Summed per trajectory, logged as ``rollout/tool/<tool name>/<key>``."""
+        name = self.tool.spec.name
+        values = {"errors": error, "timeouts": timed_out, "output_cut": cut, "restarts": notice is not None}
+        return {f"{name}/{key}": float(value) for key, value in values.items()}
 
     def _ensure_process(self) -> SandboxProcess:
         if self._process is not None:
