@@ -15,16 +15,15 @@ In order, before any of the policy's code runs:
 2. **limits**: ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` (``SIGXFSZ`` ignored, so an
    oversized write fails with ``EFBIG`` instead of killing the process), ``RLIMIT_NOFILE``, no
    core files; ``RLIMIT_CPU`` is set per call (below);
-3. **privileges**: from root to the session's own uid/gid with no supplementary groups (every
-   capability is lost with it), or, as root of a user namespace that maps only one uid, every
-   capability dropped and root's special treatment on ``exec`` switched off; ``no_new_privs``;
-   then a parent-death signal, so the interpreter dies with the host (or with the launcher,
-   which dies with the host);
+3. **privileges**: from root to the session's own uid/gid, no groups, no capabilities (or, as
+   root of a user namespace mapping one uid, every capability dropped and root's special
+   treatment on ``exec`` off); ``no_new_privs``; a parent-death signal (it dies with the host);
 4. **reaper** (when this process is PID 1 of a fresh PID namespace): it forks; PID 1 only
    reaps orphans (whose zombies would count against ``RLIMIT_NPROC``) and exits with the
    interpreter, which ends every process left in the namespace;
 5. **guard** (``audit`` level only): an audit hook that refuses sockets, subprocesses, fork,
-   ``ctypes``, writes outside the working directory and reads of other sessions' directories.
+   ``ctypes``, signals to other processes, writes outside the working directory and reads of
+   other sessions' directories.
 
 Then it answers frames on its stdin/stdout (an 8-byte big-endian length, then JSON):
 ``{"code": ...}`` → ``{"output", "output_bytes", "value", "error", "limit"}``. During a call
@@ -198,6 +197,8 @@ def install_guard(workdir: str, work_root: str) -> None:
             raise PermissionError(f"the sandbox refuses {event}")
         if event == "object.__setattr__" and args[0] is hook:
             raise PermissionError("the sandbox refuses changing its guard")
+        if event in ("os.kill", "os.killpg") and args[0] not in (0, os.getpid()):  # 0: its own group
+            raise PermissionError("the sandbox refuses signalling other processes")
         if event in ("open", "os.listdir", "os.scandir") and args and args[0] is not None:
             path = args[0]
             flags = args[2] if event == "open" and isinstance(args[2], int) else 0
@@ -211,6 +212,10 @@ def install_guard(workdir: str, work_root: str) -> None:
                     raise PermissionError(f"the sandbox refuses {event} outside {workdir}: {path}")
 
     sys.addaudithook(hook)
+    for module, name in ((os, "pidfd_open"), (signal, "pidfd_send_signal")):  # signals no event audits
+        for holder in (module, sys.modules.get("posix"), sys.modules.get("_signal")):
+            if holder is not None and hasattr(holder, name):
+                delattr(holder, name)
 
 
 # --- the interpreter ---------------------------------------------------------------------
