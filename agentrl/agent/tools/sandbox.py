@@ -35,7 +35,6 @@ from typing import Any
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("sandbox_repl.py"))
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable, full of other programs' files
-UNSHARE = ["setpriv", "--pdeathsig", "KILL", "unshare"]  # unshare ends with the host, and with it all
 NAMESPACES = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "--kill-child"]
 _probed: dict[tuple[str, int], str | None] = {}
 
@@ -93,9 +92,18 @@ def _probe(level: str) -> str | None:
             return f"{launcher} is not on PATH"
     launcher = launchers[0]
     if level == "bwrap":
-        argv = ["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", "true"]
+        argv = [
+            _which("bwrap"),
+            "--ro-bind",
+            "/",
+            "/",
+            "--unshare-net",
+            "--unshare-pid",
+            "--die-with-parent",
+            "true",
+        ]
     else:
-        argv = [*UNSHARE, *_userns(), *NAMESPACES, "true"]
+        argv = [*_unshare(), *_userns(), *NAMESPACES, "true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, env=base_env("/"), check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -127,6 +135,16 @@ def choose_isolation(requested: str, allow_unisolated: bool) -> Isolation:
             return Isolation(level, "; ".join(skipped) or "the strongest level")
         skipped.append(f"{level}: {reason}")
     return Isolation("audit", "no namespaces here (" + "; ".join(skipped) + ")")
+
+
+def _which(program: str) -> str:
+    """``program``'s full path on the trainer's ``PATH`` (the sandbox's own ``PATH`` is minimal)."""
+    return shutil.which(program) or program
+
+
+def _unshare() -> list[str]:
+    """``unshare``, under ``setpriv`` so that it ends with the host, and everything inside with it."""
+    return [_which("setpriv"), "--pdeathsig", "KILL", _which("unshare")]
 
 
 def _userns() -> list[str]:
@@ -259,14 +277,14 @@ def launch(
     if level == "bwrap":
         command = [*_bwrap_arguments(workdir, user, plan, limits.workdir_mb), "--", *command]
     elif level == "unshare":
-        command = [*UNSHARE, *_userns(), *NAMESPACES, "--", *command]
+        command = [*_unshare(), *_userns(), *NAMESPACES, "--", *command]
     return Launch(command, base_env(workdir))
 
 
 def _bwrap_arguments(
     workdir: str, user: tuple[int, int] | None, plan: MountPlan, workdir_mb: int
 ) -> list[str]:
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args = [_which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for top in plan.cover:
         args += ["--tmpfs", top]
     for path in plan.keep:
