@@ -49,12 +49,12 @@ def test_the_default_worlds_are_byte_identical_to_those_before_numeric_facts_exi
     assert _digest(generate_world(seed=0, numbers=False), tmp_path / "off") == DEFAULT_WORLD_SHA256
 
 
-def test_numbers_keep_the_hop_questions_and_their_split_and_only_add_year_sentences(worlds) -> None:
+def test_numbers_keep_the_hop_questions_and_their_split_and_only_add_age_sentences(worlds) -> None:
     default, numbers = worlds
     hop = [q for q in numbers.train_questions + numbers.test_questions if q.calculation is None]
     assert hop == default.train_questions + default.test_questions
     assert [p["id"] for p in numbers.passages] == [p["id"] for p in default.passages]
-    year = re.compile(r" \S+ was (founded|born) in the year \d{4}\.")
+    year = re.compile(r" \S+ (was founded \d{2} years ago|is \d{2} years old)\.")
     changed = 0
     for old, new in zip(default.passages, numbers.passages, strict=True):
         changed += old["contents"] != new["contents"]
@@ -74,10 +74,13 @@ def test_arithmetic_questions_need_two_passages_and_one_calculation(worlds) -> N
     for q in arithmetic:
         first, second = q.chain
         assert q.hop == 2 and first.passage_id != second.passage_id
-        assert q.calculation == f"{second.answer} - {first.answer}"
+        assert q.calculation == f"{first.answer} - {second.answer}"  # the older one's age first
         assert q.golden_answers == [format_number(evaluate(q.calculation))] and int(q.golden_answers[0]) > 0
-        for step in q.chain:  # each year is read from its own passage, not from the other one
-            assert f"in the year {step.answer}." in passages[step.passage_id]
+        for step in q.chain:  # each two-digit age is read from its own passage, not from the other one
+            assert len(step.answer) == 2
+            assert f" {step.answer} years ago." in passages[step.passage_id] or (
+                f" is {step.answer} years old." in passages[step.passage_id]
+            )
         assert q.subject in q.question and q.subject in first.need
     ids = [q.id for q in world.train_questions] + [q.id for q in world.test_questions]
     assert len(set(ids)) == len(ids)

@@ -13,7 +13,7 @@ The world, in relations::
     company --headquartered in--> city,  --founded in--> country
     person  --born in-->   city,   --works for--> company
 
-and, opt-in (``numbers=True``), a founding year per company and a birth year per person.
+and, opt-in (``numbers=True``), an age per company (founded N years ago) and per person.
 
 Modules:
 
@@ -22,7 +22,7 @@ Modules:
   and :func:`write_world`.
 - :mod:`.questions`: the one- and two-hop :class:`Question` records and their construction.
 - :mod:`.oracle`: scripted model turns (:func:`oracle_trajectory`, :func:`guess_trajectory`).
-- :mod:`.numbers`: the opt-in numeric facts (founding and birth years, ``generate_world(numbers=True)``)
+- :mod:`.numbers`: the opt-in numeric facts (company and person ages, ``generate_world(numbers=True)``)
   and the arithmetic questions that need two searches and one ``calculate``.
 - :mod:`.hermes`: the scripted turns in the ``hermes`` tool-call format
   (:func:`hermes_oracle_trajectory`, :func:`hermes_guess_trajectory`).

@@ -24,11 +24,11 @@ from .names import (
     NameMaker,
 )
 from .numbers import (
-    add_years,
-    birth_year_sentences,
-    founding_year_sentences,
+    add_ages,
+    company_age_sentences,
     make_arithmetic_questions,
     numbers_rng,
+    person_age_sentences,
 )
 from .questions import Question, make_questions
 
@@ -191,7 +191,7 @@ def _add_company_and_person_passages(
             co["name"],
             [
                 f"{co['name']} is {_indefinite(co['industry'])} company founded in {co['founded_in']}.",
-                *founding_year_sentences(co),
+                *company_age_sentences(co),
                 f"The headquarters of {co['name']} are in {co['headquarters']}.",
                 f"It employs about {co['employees']} people.",
             ],
@@ -203,7 +203,7 @@ def _add_company_and_person_passages(
             [
                 f"{p['name']} is {_indefinite(p['occupation'])}.",
                 f"{p['last']} was born in {p['birthplace']}.",
-                *birth_year_sentences(p),
+                *person_age_sentences(p),
                 f"The employer of {p['name']} is {p['employer']}, "
                 f"where {p['last']} has worked for {rng.randint(2, 30)} years.",
             ],
@@ -263,7 +263,7 @@ def generate_world(
     """Build a world deterministically from ``seed`` (same arguments -> identical world).
 
     Sizes are validated because a silently empty split would make training "work" on nothing.
-    ``numbers`` adds founding and birth years to the company and person passages and
+    ``numbers`` adds company and person ages to the company and person passages and
     arithmetic questions on them (:func:`_add_arithmetic`); off, nothing of it is drawn.
     """
     sizes = {
@@ -281,7 +281,7 @@ def generate_world(
     people = _make_people(rng, names, num_people, cities, companies)
     nrng = numbers_rng(seed) if numbers else None
     if nrng is not None:
-        add_years(nrng, companies, people)
+        add_ages(nrng, companies, people)
     passages: Table = []
     _add_place_passages(passages, countries, cities)
     _add_company_and_person_passages(rng, passages, companies, people)

@@ -5,10 +5,10 @@ calls tools: each tool turn reasons in ``<think>``, then makes its calls as
 ``<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` (the layout the project's
 Hermes-style template renders), and the last turn answers in ``<answer>``. An arithmetic
 question's two searches are independent, so one turn makes both calls (they run in parallel);
-the next turn calls ``calculate`` on the two years, and the last copies its result.
+the next turn calls ``calculate`` on the two ages, and the last copies its result.
 
-A search's ``query`` is the step's ``need`` ("the birth year of Bolfar Rildam"), not the tags
-oracle's keywords ("Bolfar Rildam born year"): inside JSON a query's first word follows a quote,
+A search's ``query`` is the step's ``need`` ("the age of Bolfar Rildam"), not the tags
+oracle's keywords ("Bolfar Rildam age"): inside JSON a query's first word follows a quote,
 and a byte-level BPE gives a name there other tokens than after a space (``Bolfar`` vs
 ``ĠBolfar``), so a name opening the query is no longer a copy of the question's and a 2-layer
 policy learns to recall names instead of copying them. Every name in a need follows a space.

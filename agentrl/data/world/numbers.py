@@ -1,9 +1,14 @@
-"""The world's opt-in numeric facts (founding and birth years) and the arithmetic questions built on them.
+"""The world's opt-in numeric facts (company and person ages) and the arithmetic questions built on them.
 
-``generate_world(numbers=True)`` gives every company a founding year and every person a birth
-year, each stated in one sentence of the entity's own passage, and adds arithmetic questions
-that need both years (two searches) and one subtraction (``calculate``): "How many years after
-A was founded was B founded?", "How many years older is P than Q?".
+``generate_world(numbers=True)`` gives every company an age ("Shamquex was founded 47 years
+ago.") and every person an age ("Rildam is 53 years old."), each stated in one sentence of the
+entity's own passage, and adds arithmetic questions that need both ages (two searches) and one
+subtraction (``calculate``): "How many years after A was founded was B founded?", "How many
+years older is P than Q?".
+
+Ages have two digits, not four as years would: a Qwen2-style tokenizer (the tiny one too)
+gives every digit its own token, and a 2-layer policy copies two digits out of a passage far
+more reliably than four (with years its warm start read 0 of 32 held-out pairs right).
 
 Everything here draws from its own ``random.Random`` (:func:`numbers_rng`), never from the
 world's main generator, so the default world (``numbers=False``) is generated exactly as
@@ -20,16 +25,16 @@ from .questions import ChainStep
 __all__ = [
     "ARITHMETIC_TEMPLATES",
     "ArithmeticFields",
-    "add_years",
-    "birth_year_sentences",
-    "founding_year_sentences",
+    "add_ages",
+    "company_age_sentences",
     "make_arithmetic_questions",
     "numbers_rng",
+    "person_age_sentences",
 ]
 
 ARITHMETIC_TEMPLATES = ("founding_gap", "birth_gap")
-FOUNDING_YEARS = (1800, 1990)
-BIRTH_YEARS = (1930, 2000)
+COMPANY_AGES = (10, 99)  # years since the company was founded
+PERSON_AGES = (20, 89)
 
 # (question, golden_answers, hop, template, subject, chain, calculation): QuestionFields plus the expression.
 ArithmeticFields = tuple[str, list[str], int, str, str, list[ChainStep], str]
@@ -41,37 +46,37 @@ def numbers_rng(seed: int) -> random.Random:
     return random.Random(f"agentrl-world-numbers-{seed}")
 
 
-def add_years(rng: random.Random, companies: list[dict[str, str]], people: list[dict[str, str]]) -> None:
-    """Give each company a ``founded_year`` and each person a ``birth_year`` (as text, like every field)."""
+def add_ages(rng: random.Random, companies: list[dict[str, str]], people: list[dict[str, str]]) -> None:
+    """Give each company a ``founded_years_ago`` and each person an ``age`` (as text, like every field)."""
     for co in companies:
-        co["founded_year"] = str(rng.randint(*FOUNDING_YEARS))
+        co["founded_years_ago"] = str(rng.randint(*COMPANY_AGES))
     for p in people:
-        p["birth_year"] = str(rng.randint(*BIRTH_YEARS))
+        p["age"] = str(rng.randint(*PERSON_AGES))
 
 
-def founding_year_sentences(co: Entity) -> list[str]:
-    """The passage sentence stating the company's founding year (none without one)."""
-    return [f"{co['name']} was founded in the year {co['founded_year']}."] if "founded_year" in co else []
+def company_age_sentences(co: Entity) -> list[str]:
+    """The passage sentence stating how long ago the company was founded (none without it)."""
+    if "founded_years_ago" not in co:
+        return []
+    return [f"{co['name']} was founded {co['founded_years_ago']} years ago."]
 
 
-def birth_year_sentences(p: Entity) -> list[str]:
-    """The passage sentence stating the person's birth year (none without one)."""
-    return [f"{p['last']} was born in the year {p['birth_year']}."] if "birth_year" in p else []
+def person_age_sentences(p: Entity) -> list[str]:
+    """The passage sentence stating the person's age (none without one)."""
+    return [f"{p['last']} is {p['age']} years old."] if "age" in p else []
 
 
-def _founding_year_step(co: Entity) -> ChainStep:
+def _company_age_step(co: Entity) -> ChainStep:
     return ChainStep(
-        f"the year {co['name']} was founded",
-        f"{co['name']} founded year",
+        f"how many years ago {co['name']} was founded",
+        f"{co['name']} founded years ago",
         co["passage_id"],
-        co["founded_year"],
+        co["founded_years_ago"],
     )
 
 
-def _birth_year_step(p: Entity) -> ChainStep:
-    return ChainStep(
-        f"the birth year of {p['name']}", f"{p['name']} born year", p["passage_id"], p["birth_year"]
-    )
+def _person_age_step(p: Entity) -> ChainStep:
+    return ChainStep(f"the age of {p['name']}", f"{p['name']} age", p["passage_id"], p["age"])
 
 
 def _partner(rng: random.Random, entities: Sequence[Entity], i: int, key: str) -> int | None:
@@ -88,20 +93,20 @@ def _gap_questions(
     template: str,
     step: Callable[[Entity], ChainStep],
 ) -> list[ArithmeticFields]:
-    """One question per entity, paired with a random partner: the later year minus the earlier one."""
+    """One question per entity, paired with a random partner: the older one's age minus the younger one's."""
     rows: list[ArithmeticFields] = []
     seen: set[tuple[str, str]] = set()
     for i, entity in enumerate(entities):
         j = _partner(rng, entities, i, key)
         if j is None:
             continue
-        early, late = sorted((entity, entities[j]), key=lambda e: int(e[key]))
+        early, late = sorted((entity, entities[j]), key=lambda e: -int(e[key]))  # the older first
         if (early["name"], late["name"]) in seen:
             continue
         seen.add((early["name"], late["name"]))
         chain = [step(early), step(late)]
-        expression = f"{late[key]} - {early[key]}"
-        answer = str(int(late[key]) - int(early[key]))
+        expression = f"{early[key]} - {late[key]}"
+        answer = str(int(early[key]) - int(late[key]))
         question = text.format(early=early["name"], late=late["name"])
         rows.append((question, [answer], len(chain), template, early["name"], chain, expression))
     return rows
@@ -112,23 +117,23 @@ def make_arithmetic_questions(
 ) -> list[ArithmeticFields]:
     """Every arithmetic question, in a fixed order for a given ``rng`` state (companies, then people).
 
-    Each names two entities; its chain is the two year lookups (earlier year first) and its
-    calculation the later year minus the earlier one, whose value is the gold answer.
+    Each names two entities; its chain is the two age lookups (the older entity first) and its
+    calculation the older one's age minus the younger one's, whose value is the gold answer.
     """
     founding = _gap_questions(
         rng,
         companies,
-        "founded_year",
+        "founded_years_ago",
         "How many years after {early} was founded was {late} founded?",
         "founding_gap",
-        _founding_year_step,
+        _company_age_step,
     )
     birth = _gap_questions(
         rng,
         people,
-        "birth_year",
+        "age",
         "How many years older is {early} than {late}?",
         "birth_gap",
-        _birth_year_step,
+        _person_age_step,
     )
     return founding + birth
