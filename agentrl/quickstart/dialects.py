@@ -43,6 +43,7 @@ class Dialect:
 
     name: str  # "tags" | "hermes"
     calculator: bool = False
+    parallel_searches: bool = True  # hermes: an arithmetic oracle's two searches in one turn
 
     @property
     def tool_call_tokens(self) -> bool:
@@ -74,7 +75,13 @@ class Dialect:
         """The question's ideal solution as scripted turns (``end_of_turn`` ends each hermes turn)."""
         if self.name == "tags":
             return oracle_trajectory(question)
-        return hermes_oracle_trajectory(question, search=SEARCH, calculate=CALCULATE, end_of_turn=end_of_turn)
+        return hermes_oracle_trajectory(
+            question,
+            search=SEARCH,
+            calculate=CALCULATE,
+            end_of_turn=end_of_turn,
+            parallel_searches=self.parallel_searches,
+        )
 
     def guess(self, question: Question, guess: str, end_of_turn: str) -> list[Turn]:
         """A shortcut that answers ``guess`` at once, without a tool call."""
@@ -97,7 +104,7 @@ class Dialect:
 TAGS = Dialect("tags")
 
 
-def dialect_of(tool_format: str, calculator: bool) -> Dialect:
+def dialect_of(tool_format: str, calculator: bool, parallel_searches: bool = True) -> Dialect:
     """The dialect a profile names; the calculator only in hermes (the tags oracle never calls it)."""
     if tool_format not in ("tags", "hermes"):
         raise ValueError(
@@ -105,7 +112,7 @@ def dialect_of(tool_format: str, calculator: bool) -> Dialect:
         )
     if calculator and tool_format != "hermes":
         raise ValueError("a quickstart profile's calculator needs tool_format: hermes")
-    return Dialect(tool_format, calculator)
+    return Dialect(tool_format, calculator, parallel_searches)
 
 
 def _hermes_renderer(dialect: Dialect) -> Any:

@@ -245,7 +245,7 @@ def run_quickstart(
     from agentrl.config import load_config
     from retriever.process import RetrieverProcess
 
-    dialect = dialect_of(profile.tool_format, profile.calculator)
+    dialect = dialect_of(profile.tool_format, profile.calculator, profile.sft_parallel_searches)
     tools = ("search", "calculate") if dialect.calculator else ()  # per-tool counts in the report
     out, clock = prepare(out_dir), PhaseRunner(PHASES)
     world, files = clock.run(

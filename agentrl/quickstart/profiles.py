@@ -62,11 +62,19 @@ class Profile:
     tool_format: str = "tags"
     calculator: bool = False
     sft_arithmetic: int = 0  # arithmetic training questions that get an oracle demonstration
+    # hermes: an arithmetic demonstration makes its two searches in one turn (parallel calls), or
+    # one a turn, so that each age is read with one passage in view
+    sft_parallel_searches: bool = True
 
 
 # Fields added after the first profiles: left out of report.json at their defaults, so the
 # report of a profile that does not use them stays as it was.
-LATER_FIELDS: dict[str, Any] = {"tool_format": "tags", "calculator": False, "sft_arithmetic": 0}
+LATER_FIELDS: dict[str, Any] = {
+    "tool_format": "tags",
+    "calculator": False,
+    "sft_arithmetic": 0,
+    "sft_parallel_searches": True,
+}
 
 
 def profile_record(profile: Profile) -> dict[str, Any]:

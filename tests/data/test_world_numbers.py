@@ -19,6 +19,7 @@ from agentrl.data.world import (
     oracle_trajectory,
     write_world,
 )
+from agentrl.data.world.oracle import finding
 
 SHORT_SIZES = {"num_countries": 6, "num_people": 12, "num_companies": 6, "num_distractors": 6}
 # sha256 over write_world's files (name, then bytes, in name order), computed with the generator as it
@@ -127,6 +128,10 @@ def test_hermes_turns_make_the_oracle_calls_as_json_and_end_at_the_end_of_turn(w
         assert all(t.query is not None for t in turns[:-1])
         if kind == "arithmetic":  # both searches in one turn, then the calculation
             assert len(turns) == 3 and turns[0].text.count("<tool_call>") == 2
+            one_a_turn = hermes_oracle_trajectory(q, end_of_turn=EOS, parallel_searches=False)
+            assert [t.text.count("<tool_call>") for t in one_a_turn] == [1, 1, 1, 0]
+            assert one_a_turn[1].text.startswith(f"<think> {finding(q.chain[0])} Now I need to find")
+            assert one_a_turn[2:] == turns[1:]  # the same calculation and answer
         else:  # the same turns as the tags oracle, each call in JSON instead of <search>
             tags = [re.sub(r"<search> .* </search>", "", t.text) for t in oracle_trajectory(q)]
             ours = [

@@ -4,7 +4,8 @@ The same solutions as :mod:`.oracle` (which writes Search-R1's tags), written as
 calls tools: each tool turn reasons in ``<think>``, then makes its calls as
 ``<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` (the layout the project's
 Hermes-style template renders), and the last turn answers in ``<answer>``. An arithmetic
-question's two searches are independent, so one turn makes both calls (they run in parallel);
+question's two searches are independent: with ``parallel_searches`` one turn makes both calls
+(they run in parallel), else one search a turn, each age restated right after its passage;
 the next turn calls ``calculate`` on the two ages, and the last copies its result.
 
 A search's ``query`` is the step's ``need`` ("the age of Bolfar Rildam"), not the tags
@@ -48,30 +49,35 @@ def hermes_oracle_trajectory(
     search: tuple[str, str] = ("search", "query"),
     calculate: tuple[str, str] = ("calculate", "expression"),
     end_of_turn: str = "",
+    parallel_searches: bool = True,
 ) -> list[Turn]:
     """The ideal response as hermes turns; ``search`` / ``calculate``: each tool's (name, argument).
 
     One- and two-hop questions: one search per turn, as :func:`.oracle.oracle_trajectory` (the
     second query is built from the first answer). Arithmetic questions: both searches in one
-    turn, ``calculate`` on the chain's answers in the next, then the answer. Each search asks for
+    turn (one a turn without ``parallel_searches``), ``calculate`` on the chain's answers in the
+    next, then the answer. Each search asks for
     the step's ``need`` (module docstring). A turn's ``query`` holds its calls (set: the
     environment answers the turn).
     """
     answer = question.golden_answers[0]
     known = [finding(step) for step in question.chain]
-    if question.calculation is None:
-        turns = []
+    turns = []
+    if question.calculation is None or not parallel_searches:
         for i, step in enumerate(question.chain):
             lead = "I need to find" if i == 0 else "Now I need to find"
             call = hermes_call(search[0], {search[1]: step.need})
             turns.append(_tool_turn(" ".join([*known[:i], f"{lead} {step.need}."]), [call], end_of_turn))
-        final = " ".join([*known, f"So the answer is {answer}."])
-        return [*turns, _answer_turn(final, answer, end_of_turn)]
-    needs = " and ".join(step.need for step in question.chain)
-    searches = [hermes_call(search[0], {search[1]: step.need}) for step in question.chain]
+        if question.calculation is None:
+            final = " ".join([*known, f"So the answer is {answer}."])
+            return [*turns, _answer_turn(final, answer, end_of_turn)]
+    else:
+        needs = " and ".join(step.need for step in question.chain)
+        searches = [hermes_call(search[0], {search[1]: step.need}) for step in question.chain]
+        turns.append(_tool_turn(f"I need to find {needs}.", searches, end_of_turn))
     compute = hermes_call(calculate[0], {calculate[1]: question.calculation})
     return [
-        _tool_turn(f"I need to find {needs}.", searches, end_of_turn),
+        *turns,
         _tool_turn(
             " ".join([*known, f"Now I need to compute {question.calculation}."]), [compute], end_of_turn
         ),
