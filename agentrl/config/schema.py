@@ -94,10 +94,11 @@ class RolloutConfig:
     max_obs_length: int = 256  # tokens of one observation, closing tag included
     schedule: Schedule = "concurrent"  # concurrent (one coroutine per trajectory) | lockstep (Search-R1)
     max_batch_size: int = 64  # engine batch cap (running rows, or a coalesced batch)
-    # hf: turns join and leave the running batch at every decode step (not for sliding-window
-    # KV caches); false runs coalesced batches to completion. Off by default: on CPU it has not
-    # yet measured faster (benchmarks/rollout_throughput.py)
-    continuous_batching: bool = False
+    # hf: under the concurrent schedule, turns join and leave the running batch at every decode
+    # step (not for sliding-window KV caches); false runs coalesced batches to completion. A
+    # lockstep turn's batch runs the same either way. On by default: never slower, and faster
+    # with trajectories > max_batch_size (docs/scaling.md, benchmarks/rollout_throughput.py)
+    continuous_batching: bool = True
     gpu_memory_utilization: float = 0.4  # vllm only
     enforce_eager: bool = False  # vllm only
     tensor_parallel_size: int = 1  # vllm only: GPUs each actor rank's engine shards the model over

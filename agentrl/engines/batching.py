@@ -20,7 +20,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentrl.engines.base import GenerationResult, SamplingParams
 from agentrl.engines.requests import RequestChecks
@@ -35,9 +35,18 @@ class _Request:
 
 
 @dataclass
+class ForwardTally:
+    """Forwards of one kind at one batch size: how many, their wall time, the real tokens fed."""
+
+    count: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+
+
+@dataclass
 class BatchingStats:
     """Counters since construction of how well requests were batched (``engine.stats``: the
-    rollout benchmark reads ``generate_seconds``, the engine tests the rest)."""
+    rollout benchmark reads ``generate_seconds`` and ``forwards``, the engine tests the rest)."""
 
     batches: int = 0  # batched generations run (both paths)
     requests: int = 0  # sequences generated
@@ -46,6 +55,16 @@ class BatchingStats:
     max_batch_size_seen: int = 0
     generate_seconds: float = 0.0
     decode_steps: int = 0  # steps of a continuous running batch (``continuous.py``)
+    # Every forward of the transformers engine's two loops, by kind and rows (``count_forward``)
+    forwards: dict[tuple[str, int], ForwardTally] = field(default_factory=dict)
+
+    def count_forward(self, kind: str, rows: int, seconds: float, tokens: int) -> None:
+        """One ``"prefill"`` or ``"decode"`` forward of ``rows`` rows that took ``seconds`` (the
+        forward and its sampling) and fed ``tokens`` real tokens (padding not counted)."""
+        tally = self.forwards.setdefault((kind, rows), ForwardTally())
+        tally.count += 1
+        tally.seconds += seconds
+        tally.tokens += tokens
 
 
 class BatchingEngine(RequestChecks, abc.ABC):

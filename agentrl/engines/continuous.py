@@ -123,6 +123,8 @@ class ContinuousBatcher:
         self.attention: torch.Tensor | None = None  # (rows, kv width), 1 where a row attends
         self.positions: torch.Tensor | None = None  # (rows,) position id of the token fed next
         self.last: torch.Tensor | None = None  # (rows,) the token fed next
+        self.finished: list[_Row] = []  # rows that ended this step, resolved once it is over
+        self._model_mode: contextlib.ExitStack | None = None  # the eval mode held while rows run
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -177,21 +179,50 @@ class ContinuousBatcher:
         while True:
             arrived = self._arrivals(block=not self.rows and not waiting)
             if arrived is None:
+                with self.exec_lock:
+                    self._restore_model_mode()
                 self._fail(waiting + self.rows, RuntimeError("the engine was shut down"))
                 return
             waiting += [row for row in arrived if not row.future.done()]
             room = self.max_batch_size - len(self.rows)
             admitted, waiting = waiting[:room], waiting[room:]
             try:
-                with self.exec_lock, self.decoder.eval_mode(), torch.inference_mode():
+                with self.exec_lock, torch.inference_mode():
+                    self._hold_eval_mode()
                     started = time.perf_counter()
                     if admitted:
                         self._admit(admitted)
                     if self.rows:
                         self._decode_step()
                     self.stats.generate_seconds += time.perf_counter() - started
+                    if not self.rows:
+                        self._restore_model_mode()
             except Exception as exc:  # a failed forward fails the rows in it, not the engine
+                with self.exec_lock:
+                    self._restore_model_mode()
+                self._settle_finished()
                 self._fail(admitted + self.rows, exc)
+            self._settle_finished()
+
+    # The model stays in eval mode while the batch runs, not step by step: switching a module
+    # tree's mode walks every submodule twice, ~7% of a decode step of the benchmark's tiny
+    # policy on CPU (benchmarks/rollout_throughput.py). The mode is restored when the batch
+    # drains, before the rows that finished last are resolved, so their callers see it back.
+    def _hold_eval_mode(self) -> None:
+        if self._model_mode is None:
+            self._model_mode = contextlib.ExitStack()
+            self._model_mode.enter_context(self.decoder.eval_mode())
+
+    def _restore_model_mode(self) -> None:
+        if self._model_mode is not None:
+            mode, self._model_mode = self._model_mode, None
+            mode.close()
+
+    def _settle_finished(self) -> None:
+        """Resolve the rows that ended in the last step with their results."""
+        for row in self.finished:
+            _resolve(row, row.result())
+        self.finished.clear()
 
     def _fail(self, rows: list[_Row], exc: BaseException) -> None:
         for row in rows:
@@ -204,6 +235,7 @@ class ContinuousBatcher:
 
     def _admit(self, rows: list[_Row]) -> None:
         """Prefill the new rows, sample their first token, merge the survivors into the batch."""
+        started = time.perf_counter()
         input_ids, attention, positions = self.decoder.left_padded([row.prompt for row in rows])
         cache = self.decoder.new_cache()
         logits = self.decoder.next_token_logits(input_ids, attention, positions, cache)
@@ -211,7 +243,8 @@ class ContinuousBatcher:
         if unsupported:
             raise NotImplementedError(
                 f"continuous batching merges full-attention KV caches; this model's cache has "
-                f"{sorted(unsupported)} layers: build the engine with continuous=False"
+                f"{sorted(unsupported)} layers: build the engine with continuous=False "
+                "(actor.rollout.continuous_batching=false)"
             )
         stats = self.stats
         stats.batches += 1
@@ -219,6 +252,7 @@ class ContinuousBatcher:
         stats.coalesced_batches += 1
         stats.coalesced_requests += len(rows)
         tokens, keep = self._sample(rows, logits, len(self.rows) + len(rows))
+        stats.count_forward("prefill", len(rows), time.perf_counter() - started, int(attention.sum()))
         if not keep:
             return
         index = torch.tensor(keep, device=attention.device)
@@ -248,6 +282,11 @@ class ContinuousBatcher:
     def _decode_step(self) -> None:
         """One token for every running row; finished and cancelled rows leave the batch."""
         self.stats.decode_steps += 1
+        started, rows = time.perf_counter(), len(self.rows)
+        self._step()
+        self.stats.count_forward("decode", rows, time.perf_counter() - started, rows)
+
+    def _step(self) -> None:
         self.attention = torch.cat([self.attention, self.attention.new_ones((len(self.rows), 1))], dim=1)
         logits = self.decoder.next_token_logits(
             self.last[:, None], self.attention, self.positions[:, None], self.cache
@@ -294,5 +333,5 @@ class ContinuousBatcher:
             if row.finish is None:
                 keep.append(i)
             else:
-                _resolve(row, row.result())
+                self.finished.append(row)
         return tokens, keep

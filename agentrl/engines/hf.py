@@ -19,6 +19,7 @@ budget and end) is ``decoding.py``'s, shared with continuous batching (``continu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,10 @@ class HFEngine(BatchingEngine):
         eos_token_ids: ids that end a sequence with ``finish_reason="eos"``; defaults to
             the tokenizer's eos plus ``model.generation_config.eos_token_id``.
         continuous: ``generate`` requests join and leave one running batch at every decode
-            step (``continuous.py``); False (the default until it measures faster, see
-            ``benchmarks/rollout_throughput.py``) coalesces them into batches run to completion
-            (``batching.py``). ``generate_batch`` (lockstep) always runs its batch at once.
+            step (``continuous.py``, the default: as fast or faster under every tool latency
+            measured, ``docs/scaling.md``); False coalesces them into batches run to completion
+            (``batching.py``). ``generate_batch`` (lockstep) runs its batch the same way in both:
+            in chunks of ``max_batch_size``, each to completion.
     """
 
     def __init__(
@@ -60,7 +62,7 @@ class HFEngine(BatchingEngine):
         max_batch_size: int = 64,
         device: str | torch.device | None = None,
         eos_token_ids: Iterable[int] | None = None,
-        continuous: bool = False,
+        continuous: bool = True,
     ) -> None:
         super().__init__(max_batch_size)
         if not isinstance(model, nn.Module):
@@ -192,9 +194,11 @@ class HFEngine(BatchingEngine):
         finish: list[FinishReason | None] = [None] * n
         stop_hit: list[str | None] = [None] * n
         active = list(range(n))  # original row index of each batch row still running
+        kind, fed = "prefill", int(attention.sum())  # what the forward below is, its real tokens
 
         with decoder.eval_mode():
             cache = decoder.new_cache()
+            started = time.perf_counter()
             logits = decoder.next_token_logits(input_ids, attention, positions, cache)
             while True:
                 tokens, log_probs = select_tokens(logits, params, [generators[r] for r in active])
@@ -208,6 +212,9 @@ class HFEngine(BatchingEngine):
                     finish[row], stop_hit[row] = decoder.finish_of(tok, matchers[row], produced, budget[row])
                     if finish[row] is None:
                         keep.append(b)
+                now = time.perf_counter()
+                self.stats.count_forward(kind, len(active), now - started, fed)
+                started = now
                 if not keep:
                     break
                 if len(keep) < len(active):
@@ -218,6 +225,7 @@ class HFEngine(BatchingEngine):
                 attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
                 logits = decoder.next_token_logits(tokens[:, None], attention, next_pos[:, None], cache)
                 next_pos = next_pos + 1
+                kind, fed = "decode", len(active)
 
         return [
             GenerationResult(

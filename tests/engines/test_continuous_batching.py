@@ -168,3 +168,56 @@ def test_a_sliding_window_cache_is_refused_naming_the_option_to_turn_it_off(toke
             asyncio.run(engine.generate([5, 6, 7], SHORT))
     finally:
         engine.shutdown()
+
+
+def test_the_model_runs_in_eval_mode_switched_once_per_batch_and_its_caller_finds_its_mode_back(
+    tiny_dir, tokenizer, prompts
+):
+    model = load_causal_lm(tiny_dir).train()
+    engine = HFEngine(model, tokenizer, max_batch_size=8, eos_token_ids=[], continuous=True)
+    modes_in_forward: list[bool] = []
+    model.register_forward_pre_hook(lambda module, args: modes_in_forward.append(module.training))
+    switches = []
+    train = model.train
+
+    def counted_train(mode: bool = True):  # the real switch, counted
+        switches.append(mode)
+        return train(mode)
+
+    model.train = counted_train
+
+    async def two_requests():
+        results = await asyncio.gather(engine.generate(prompts[0], LONG), engine.generate(prompts[1], SHORT))
+        return results, model.training
+
+    try:
+        results, training_when_back = asyncio.run(two_requests())
+    finally:
+        engine.shutdown()
+    assert len(modes_in_forward) >= LONG.max_new_tokens and not any(modes_in_forward)
+    assert training_when_back, "the caller resumed before the model's mode was restored"
+    assert switches == [False, True], "the mode is switched per batch, not per decode step"
+    assert [len(r.token_ids) for r in results] == [LONG.max_new_tokens, SHORT.max_new_tokens]
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "coalescing"])
+def test_every_forward_is_tallied_by_kind_and_rows_with_the_real_tokens_it_fed(
+    tiny_dir, tokenizer, prompts, continuous
+):
+    engine = HFEngine(
+        load_causal_lm(tiny_dir), tokenizer, max_batch_size=8, eos_token_ids=[], continuous=continuous
+    )
+    params = SamplingParams(max_new_tokens=5, greedy=True)
+    try:
+        engine.generate_batch_sync(prompts[:3], params)  # one batch: a prefill, then 4 decode steps
+        asyncio.run(engine.generate(prompts[3], params))  # alone, through generate
+    finally:
+        engine.shutdown()
+    tallies = {key: (t.count, t.tokens) for key, t in engine.stats.forwards.items()}
+    assert tallies == {
+        ("prefill", 3): (1, sum(len(p) for p in prompts[:3])),
+        ("decode", 3): (4, 4 * 3),
+        ("prefill", 1): (1, len(prompts[3])),
+        ("decode", 1): (4, 4),
+    }
+    assert all(t.seconds > 0 for t in engine.stats.forwards.values())
