@@ -17,14 +17,17 @@ Benchmarks run as scripts, so this module is imported as ``agent_workload``.
 
 from __future__ import annotations
 
+import argparse
 import random
+import shutil
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-from agentrl.data.qa import read_question_records
+from agentrl.data.qa import make_prompt, read_question_records
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FALLBACK_QA = [
@@ -163,3 +166,49 @@ def describe(trajectories: Sequence[Any]) -> str:
         f"searches per trajectory {{{hist}}}; model tokens per turn p10 {q(0.1)}, "
         f"median {median(lengths):.0f}, p90 {q(0.9)}, max {lengths[-1]}"
     )
+
+
+def policy_dir(args: argparse.Namespace, tmp: Path, qa: list) -> Path:
+    """The trained agent given with ``--model``, or the tiny model shaped to a ragged workload (from
+    the benchmark's ``--size``, ``--search-mix``, ``--max-think-words``, ``--sft-steps``, ``--seed``),
+    kept in ``--model-cache`` once shaped and reused from there."""
+    if args.model:
+        return Path(args.model)
+    from transformers import AutoTokenizer
+
+    from agentrl.models.tiny import DEFAULT_TEXTS, make_tiny_model_dir
+
+    cached = Path(args.model_cache) if args.model_cache else None
+    if cached is not None and (cached / "config.json").is_file():
+        print(f"reusing the shaped tiny model in {cached}")
+        return cached
+    model_dir = tmp / "model"  # shaped here, and cached only once shaping is done
+    mix = parse_search_mix(args.search_mix)
+    rng = random.Random(args.seed)
+    texts = list(DEFAULT_TEXTS) + [make_prompt(q) for _, q, _ in qa]
+    texts += [demonstration(q, a, rng, mix, args.max_think_words) for _, q, a in qa]
+    make_tiny_model_dir(model_dir, texts=texts, size=args.size, seed=args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompts = [prompt_ids(tokenizer, q) for _, q, _ in qa]
+    t0 = time.perf_counter()
+    shape_tiny_model(
+        model_dir,
+        prompts,
+        qa,
+        steps=args.sft_steps,
+        mix=mix,
+        max_think_words=args.max_think_words,
+        seed=args.seed,
+    )
+    print(f"shaping: {args.sft_steps} steps in {time.perf_counter() - t0:.1f} s")
+    if cached is None:
+        return model_dir
+    shutil.copytree(model_dir, cached, dirs_exist_ok=True)
+    return cached
+
+
+def prompt_ids(tokenizer: Any, question: str) -> list[int]:
+    """The Search-R1 prompt of ``question`` as the rollout encodes it."""
+    from agentrl.agent.prompts import encode_messages
+
+    return encode_messages(tokenizer, [{"role": "user", "content": make_prompt(question)}])

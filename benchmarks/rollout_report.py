@@ -162,16 +162,21 @@ def median_turn_seconds(runs: Sequence[Run], rates: Rates) -> float:
     return (median(turns) - 1) * rates.step_s + median(contexts) / rates.prefill_tok_s
 
 
-def profile(run: Run) -> dict[str, float]:
-    """How the engine ran: decode forwards and their mean rows, prefills and their mean rows and time."""
-    out = {"decode_forwards": 0.0, "decode_rows": 0.0, "prefills": 0.0, "prefill_rows": 0.0, "prefill_s": 0.0}
-    for (kind, rows), (count, seconds, _) in run.forwards.items():
-        out[f"{kind}_forwards" if kind == "decode" else "prefills"] += count
-        out[f"{kind}_rows"] += rows * count
+def profile(run: Run, rows: int) -> dict[str, float]:
+    """How the engine ran: decode forwards and their mean rows and the mean ms of those at ``rows``
+    rows (a full batch), prefills and their mean rows and seconds in all."""
+    out = dict.fromkeys(("decode_forwards", "decode_rows", "prefills", "prefill_rows", "prefill_s"), 0.0)
+    full = [0, 0.0]
+    for (kind, n), (count, seconds, _) in run.forwards.items():
+        out["decode_forwards" if kind == "decode" else "prefills"] += count
+        out[f"{kind}_rows"] += n * count
         if kind == "prefill":
             out["prefill_s"] += seconds
+        elif n == rows:
+            full = [full[0] + count, full[1] + seconds]
     out["decode_rows"] /= max(out["decode_forwards"], 1)
     out["prefill_rows"] /= max(out["prefills"], 1)
+    out["full_step_ms"] = 1e3 * full[1] / full[0] if full[0] else float("nan")
     return out
 
 
@@ -198,7 +203,7 @@ def summarise(
         searches=sum(t.num_tool_calls for t in trajs) / len(trajs),
         tool_busy_s=run.tool_busy,
         engine_busy_s=run.engine_busy,
-        profile=profile(run),
+        profile=profile(run, rates.rows if rates else 0),
     )
 
 
@@ -211,19 +216,19 @@ def print_latency(cells: Sequence[Cell], latency: float) -> None:
     """One latency's cells: wall, bound and how the engine batched; then best against best."""
     print(
         f"{'engine':<15}{'schedule':<12}{'wall s':>8}{'bound s':>9}{'binds':>6}{'bound/wall':>11}"
-        f"{'tok/traj':>9}{'search':>7}{'decode fwd':>11}{'rows':>6}{'prefills':>9}{'rows':>6}   runs"
+        f"{'busy s':>7}{'tok/traj':>9}{'search':>7}{'decodes':>8}{'rows':>6}{'full ms':>8}{'prefills':>9}"
+        f"{'rows':>6}   runs"
     )
     for c in (c for c in cells if c.latency == latency):
         p = c.profile
-        b = (
-            f"{c.bound_s:>9.2f}{c.binds:>6}{c.bound_s / c.wall_s:>11.0%}"
-            if c.bound_s
-            else f"{'—':>9}{'':>6}{'—':>11}"
-        )
+        if c.bound_s:
+            b = f"{c.bound_s:>9.2f}{c.binds:>6}{c.bound_s / c.wall_s:>11.0%}"
+        else:
+            b = f"{'—':>9}{'':>6}{'—':>11}"
         print(
-            f"{c.engine:<15}{c.schedule:<12}{c.wall_s:>8.2f}{b}{c.model_tokens:>9.1f}{c.searches:>7.2f}"
-            f"{p['decode_forwards']:>11.0f}{p['decode_rows']:>6.2f}{p['prefills']:>9.0f}{p['prefill_rows']:>6.2f}"
-            f"   {', '.join(f'{w:.2f}' for w in c.walls)}"
+            f"{c.engine:<15}{c.schedule:<12}{c.wall_s:>8.2f}{b}{c.engine_busy_s:>7.2f}{c.model_tokens:>9.1f}"
+            f"{c.searches:>7.2f}{p['decode_forwards']:>8.0f}{p['decode_rows']:>6.2f}{p['full_step_ms']:>8.2f}"
+            f"{p['prefills']:>9.0f}{p['prefill_rows']:>6.2f}   {', '.join(f'{w:.2f}' for w in c.walls)}"
         )
     lock, conc = best(cells, "lockstep", latency), best(cells, "concurrent", latency)
     if lock and conc:

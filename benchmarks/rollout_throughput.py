@@ -35,8 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -50,11 +48,10 @@ from agent_workload import (  # noqa: E402 (a sibling script module; the env mus
     DEFAULT_SEARCH_MIX,
     FALLBACK_QA,
     SHARED,
-    demonstration,
     describe,
     load_qa,
-    parse_search_mix,
-    shape_tiny_model,
+    policy_dir,
+    prompt_ids,
 )
 from rollout_report import (  # noqa: E402
     Cell,
@@ -72,7 +69,6 @@ from rollout_report import (  # noqa: E402
 )
 from tool_latency import DEFAULT_SIGMA, Latency, LatencyModel, parse_latency, with_latency  # noqa: E402
 
-from agentrl.data.qa import make_prompt  # noqa: E402
 from retriever.process import RetrieverProcess  # noqa: E402
 
 
@@ -253,50 +249,7 @@ def build_engine_named(name: str, model_dir: Path, tokenizer, args: argparse.Nam
     raise SystemExit(f"--engines: unknown engine {name!r} (hf, hf-coalescing, vllm, vllm-async)")
 
 
-def policy_dir(args: argparse.Namespace, tmp: Path, qa: list) -> Path:
-    """The trained agent given with --model, or the tiny model shaped to a ragged workload."""
-    if args.model:
-        return Path(args.model)
-    from transformers import AutoTokenizer
-
-    from agentrl.models.tiny import DEFAULT_TEXTS, make_tiny_model_dir
-
-    cached = Path(args.model_cache) if args.model_cache else None
-    if cached is not None and (cached / "config.json").is_file():
-        print(f"reusing the shaped tiny model in {cached}")
-        return cached
-    model_dir = tmp / "model"  # shaped here, and cached only once shaping is done
-    mix = parse_search_mix(args.search_mix)
-    rng = random.Random(args.seed)
-    texts = list(DEFAULT_TEXTS) + [make_prompt(q) for _, q, _ in qa]
-    texts += [demonstration(q, a, rng, mix, args.max_think_words) for _, q, a in qa]
-    make_tiny_model_dir(model_dir, texts=texts, size=args.size, seed=args.seed)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompts = [prompt_ids(tokenizer, q) for _, q, _ in qa]
-    t0 = time.perf_counter()
-    shape_tiny_model(
-        model_dir,
-        prompts,
-        qa,
-        steps=args.sft_steps,
-        mix=mix,
-        max_think_words=args.max_think_words,
-        seed=args.seed,
-    )
-    print(f"shaping: {args.sft_steps} steps in {time.perf_counter() - t0:.1f} s")
-    if cached is None:
-        return model_dir
-    shutil.copytree(model_dir, cached, dirs_exist_ok=True)
-    return cached
-
-
-def prompt_ids(tokenizer, question: str) -> list[int]:
-    from agentrl.agent.prompts import encode_messages
-
-    return encode_messages(tokenizer, [{"role": "user", "content": make_prompt(question)}])
-
-
-def parse_args() -> argparse.Namespace:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--engines",
@@ -356,7 +309,11 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="vLLM's token budget a step (the engines' CPU default keeps a seeded prefill whole)",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def parse_args() -> argparse.Namespace:
+    args = argument_parser().parse_args()
     args.schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     unknown = set(args.schedules) - set(SCHEDULES)
     if unknown or not args.schedules:
