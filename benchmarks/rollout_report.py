@@ -72,6 +72,7 @@ class Cell:
     searches: float  # per trajectory
     tool_busy_s: float
     engine_busy_s: float
+    load: float  # the machine's 1-minute load average, the larger of before and after the latency's cells
     profile: dict[str, float] = field(default_factory=dict)
 
 
@@ -181,7 +182,13 @@ def profile(run: Run, rows: int) -> dict[str, float]:
 
 
 def summarise(
-    engine: str, schedule: str, latency: float, runs: Sequence[Run], rates: Rates | None, model: LatencyModel
+    engine: str,
+    schedule: str,
+    latency: float,
+    runs: Sequence[Run],
+    rates: Rates | None,
+    model: LatencyModel,
+    load: float,
 ) -> Cell:
     """The cell of the median run (by wall time) with its bound."""
     run = sorted(runs, key=lambda r: r.wall)[len(runs) // 2]
@@ -203,6 +210,7 @@ def summarise(
         searches=sum(t.num_tool_calls for t in trajs) / len(trajs),
         tool_busy_s=run.tool_busy,
         engine_busy_s=run.engine_busy,
+        load=load,
         profile=profile(run, rates.rows if rates else 0),
     )
 
@@ -214,6 +222,8 @@ def best(cells: Sequence[Cell], schedule: str, latency: float) -> Cell | None:
 
 def print_latency(cells: Sequence[Cell], latency: float) -> None:
     """One latency's cells: wall, bound and how the engine batched; then best against best."""
+    load = max(c.load for c in cells if c.latency == latency)
+    print(f"(the machine's 1-minute load average while these ran: up to {load:.1f})")
     print(
         f"{'engine':<15}{'schedule':<12}{'wall s':>8}{'bound s':>9}{'binds':>6}{'bound/wall':>11}"
         f"{'busy s':>7}{'tok/traj':>9}{'search':>7}{'decodes':>8}{'rows':>6}{'full ms':>8}{'prefills':>9}"
@@ -245,8 +255,8 @@ def markdown_table(cells: Sequence[Cell], engines: Sequence[str]) -> str:
     for e in engines:
         head += f" `{e}` lockstep s | `{e}` concurrent s |"
         rule += "---:|---:|"
-    head += " bound s (binds) | best concurrent / best lockstep |"
-    rule += "---:|---:|"
+    head += " bound s (binds) | best concurrent / best lockstep | load (1 min) |"
+    rule += "---:|---:|---:|"
     lines = [head, rule]
     for latency in sorted({c.latency for c in cells}):
         row = f"| {latency:g} s |"
@@ -260,6 +270,7 @@ def markdown_table(cells: Sequence[Cell], engines: Sequence[str]) -> str:
         row += f" {low.bound_s:.2f} ({low.binds}) |" if low else " — |"
         lock, conc = best(cells, "lockstep", latency), best(cells, "concurrent", latency)
         row += f" **{lock.wall_s / conc.wall_s:.2f}x** |" if lock and conc else " — |"
+        row += f" {max(c.load for c in at.values()):.1f} |"
         lines.append(row)
     return "\n".join(lines)
 

@@ -190,11 +190,14 @@ def sweep(engines: dict, weights: dict, tokenizer, specs, url: str, args: argpar
     fastest full-batch rates any engine showed in any run."""
     base = latency_model(args)
     measured: dict[float, dict] = {}
+    loads: dict[float, float] = {}  # the machine's 1-minute load when each latency's cells ran
     for median_s in args.latency_sweep:
         print(f"\n== tool latency: {base.with_median(median_s).describe()}", flush=True)
+        before = os.getloadavg()[0]
         measured[median_s] = measure(
             engines, weights, tokenizer, specs, url, base.with_median(median_s), args
         )
+        loads[median_s] = max(before, os.getloadavg()[0])
     rates = {}
     for name in engines:
         pooled = [r for runs in measured.values() for (e, _), rs in runs.items() if e == name for r in rs]
@@ -214,7 +217,7 @@ def sweep(engines: dict, weights: dict, tokenizer, specs, url: str, args: argpar
     for median_s, runs in measured.items():
         model = base.with_median(median_s)
         for (name, schedule), rs in runs.items():
-            cells.append(summarise(name, schedule, median_s, rs, best_rates, model))
+            cells.append(summarise(name, schedule, median_s, rs, best_rates, model, loads[median_s]))
         print(f"\n== tool latency: {model.describe()}")
         print_latency(cells, median_s)
     return cells

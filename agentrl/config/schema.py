@@ -96,8 +96,8 @@ class RolloutConfig:
     max_batch_size: int = 64  # engine batch cap (running rows, or a coalesced batch)
     # hf: under the concurrent schedule, turns join and leave the running batch at every decode
     # step (not for sliding-window KV caches); false runs coalesced batches to completion. A
-    # lockstep turn's batch runs the same either way. On by default: never slower, and faster
-    # with trajectories > max_batch_size (docs/scaling.md, benchmarks/rollout_throughput.py)
+    # lockstep turn's batch runs the same either way. On by default: with more trajectories than
+    # max_batch_size it keeps the batch full (docs/scaling.md, benchmarks/rollout_throughput.py)
     continuous_batching: bool = True
     gpu_memory_utilization: float = 0.4  # vllm only
     enforce_eager: bool = False  # vllm only

@@ -41,18 +41,19 @@ class HFEngine(BatchingEngine):
 
     Args:
         model: a ``*ForCausalLM`` module; shared, not copied. Its train/eval mode is
-            restored after each generation.
+            restored after each generation (continuous batching: when its batch drains).
         tokenizer: used to decode continuations for stop strings and for the pad/eos ids.
-        max_batch_size: most sequences in one forward (coalescing and ``generate_batch``).
+        max_batch_size: most sequences in one forward (the running batch, a coalesced one,
+            a chunk of ``generate_batch``).
         device: where inputs go; defaults to the device of the model's parameters.
             Passing a different device moves the (shared) model there.
         eos_token_ids: ids that end a sequence with ``finish_reason="eos"``; defaults to
             the tokenizer's eos plus ``model.generation_config.eos_token_id``.
         continuous: ``generate`` requests join and leave one running batch at every decode
-            step (``continuous.py``, the default: as fast or faster under every tool latency
-            measured, ``docs/scaling.md``); False coalesces them into batches run to completion
-            (``batching.py``). ``generate_batch`` (lockstep) runs its batch the same way in both:
-            in chunks of ``max_batch_size``, each to completion.
+            step (``continuous.py``, the default: it keeps the batch full where coalescing runs
+            small batches to completion, ``docs/scaling.md``); False coalesces them into batches
+            run to completion (``batching.py``). ``generate_batch`` (lockstep) runs its batch
+            the same way in both: in chunks of ``max_batch_size``, each to completion.
     """
 
     def __init__(
