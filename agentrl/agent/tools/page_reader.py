@@ -21,6 +21,7 @@ import asyncio
 from typing import Any
 
 from agentrl.agent.tools.base import ToolResult, check_tag
+from agentrl.agent.tools.retriever_tool import RetrieverConnection
 from agentrl.agent.tools.spec import ToolSpec
 
 DEFAULT_URL = "http://127.0.0.1:8000/open_page"
@@ -96,40 +97,18 @@ class PageReaderTool:
     ) -> None:
         if not 1 <= length <= max_length:
             raise ValueError(f"length must be in 1..max_length ({max_length}), got {length}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if deadline_s is not None and deadline_s <= 0:
-            raise ValueError(f"deadline_s must be > 0, got {deadline_s}")
         if max_pages_per_request < 1:
             raise ValueError(f"max_pages_per_request must be >= 1, got {max_pages_per_request}")
         self.url = url
         self.length = length
         self.tag = check_tag(tag, "PageReaderTool")
         self.spec = page_reader_spec(tag, length, max_length)
+        self.connection = RetrieverConnection(url, timeout_s, max_retries, deadline_s)
         self.request_timeout_s = timeout_s
         self.max_retries = max_retries
-        # as SearchTool: the client's deadline covers every attempt and its backoff, and the
-        # dispatcher's bound (timeout_s) is a little longer, so a dead server is named, not a timeout
-        self.deadline_s = (
-            deadline_s if deadline_s is not None else timeout_s * (max_retries + 1) + 2.0 * max_retries
-        )
-        self.timeout_s = self.deadline_s + 5.0
+        self.deadline_s = self.connection.deadline_s
+        self.timeout_s = self.connection.tool_timeout_s
         self.max_pages_per_request = max_pages_per_request
-        self._client: Any = None
-
-    def _get_client(self) -> Any:
-        if self._client is None:
-            from agentrl.agent.tools.search_client import RetrieverClient
-
-            self._client = RetrieverClient(
-                self.url,
-                timeout_s=self.request_timeout_s,
-                deadline_s=self.deadline_s,
-                max_attempts=self.max_retries + 1,
-            )
-        return self._client
 
     def _item(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The server's item for one call (arguments already checked against the spec)."""
@@ -141,7 +120,7 @@ class PageReaderTool:
     async def call(self, arguments: list[dict[str, Any]]) -> list[ToolResult]:
         items = [self._item(a) for a in arguments]
         step = self.max_pages_per_request
-        client = self._get_client()
+        client = self.connection.client()
         parts = await asyncio.gather(
             *(client.open_pages(items[i : i + step]) for i in range(0, len(items), step))
         )
@@ -159,5 +138,4 @@ class PageReaderTool:
 
     async def close(self) -> None:
         """Close the HTTP session of the current event loop (the manager calls this after a rollout)."""
-        if self._client is not None:
-            await self._client.close()
+        await self.connection.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentrl.agent.tools.base import ToolResult
+from agentrl.agent.tools.retriever_tool import RetrieverConnection
 
 
 def format_document(rank: int, contents: str) -> str:
@@ -52,37 +53,17 @@ class SearchTool:
     ) -> None:
         if topk < 1:
             raise ValueError(f"topk must be >= 1, got {topk}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if deadline_s is not None and deadline_s <= 0:
-            raise ValueError(f"deadline_s must be > 0, got {deadline_s}")
         self.url = url
         self.topk = topk
         self.tag = tag
+        self.connection = RetrieverConnection(url, timeout_s, max_retries, deadline_s)
         self.request_timeout_s = timeout_s
         self.max_retries = max_retries
-        self.deadline_s = (
-            deadline_s if deadline_s is not None else timeout_s * (max_retries + 1) + 2.0 * max_retries
-        )
-        self.timeout_s = self.deadline_s + 5.0
-        self._client: Any = None
-
-    def _get_client(self) -> Any:
-        if self._client is None:
-            from agentrl.agent.tools.search_client import RetrieverClient
-
-            self._client = RetrieverClient(
-                self.url,
-                timeout_s=self.request_timeout_s,
-                deadline_s=self.deadline_s,
-                max_attempts=self.max_retries + 1,
-            )
-        return self._client
+        self.deadline_s = self.connection.deadline_s
+        self.timeout_s = self.connection.tool_timeout_s
 
     async def execute(self, calls: list[str]) -> list[ToolResult]:
-        results = await self._get_client().retrieve(list(calls), self.topk)
+        results = await self.connection.client().retrieve(list(calls), self.topk)
         if len(results) != len(calls):
             raise RuntimeError(
                 f"retriever at {self.url} returned {len(results)} result lists for {len(calls)} queries"
@@ -91,5 +72,4 @@ class SearchTool:
 
     async def close(self) -> None:
         """Close the HTTP session of the current event loop (the manager calls this after a rollout)."""
-        if self._client is not None:
-            await self._client.close()
+        await self.connection.close()
