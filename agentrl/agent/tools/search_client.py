@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-__all__ = ["RetrieverClient", "RetrieverError", "RetrieverRequestError", "RetrieverUnavailable"]
+__all__ = ["LoopSession", "RetrieverClient", "RetrieverError", "RetrieverRequestError", "RetrieverUnavailable"]
 
 ENDPOINTS = ("/retrieve", "/open_page")  # a URL ending in one names the service root before it
 
@@ -57,6 +57,43 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+class LoopSession:
+    """One pooled ``aiohttp.ClientSession`` per event loop, made on first use in that loop.
+
+    A session is bound to the loop that created it; a new loop (e.g. a new ``asyncio.run``)
+    gets its own. A session left on a finished loop cannot be closed from here.
+    ``keepalive_timeout``: the connector's (None: aiohttp's default).
+    """
+
+    def __init__(self, limit: int, keepalive_timeout: float | None = None) -> None:
+        self.limit = limit
+        self.keepalive_timeout = keepalive_timeout
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> aiohttp.ClientSession:
+        """The current loop's session."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            keepalive = (
+                {} if self.keepalive_timeout is None else {"keepalive_timeout": self.keepalive_timeout}
+            )
+            connector = aiohttp.TCPConnector(limit=self.limit, **keepalive)
+            self._session = aiohttp.ClientSession(connector=connector)
+            self._loop = loop
+        return self._session
+
+    async def close(self) -> None:
+        """Close the current loop's session (idempotent)."""
+        if (
+            self._session is not None
+            and not self._session.closed
+            and self._loop is asyncio.get_running_loop()
+        ):
+            await self._session.close()
+        self._session, self._loop = None, None
+
+
 class RetrieverClient:
     """Async client with one pooled session per event loop, retries and a total deadline.
 
@@ -91,30 +128,15 @@ class RetrieverClient:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._session = LoopSession(max_connections, keepalive_timeout=30)
 
     # --- session ---------------------------------------------------------------------
     def _get_session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            # A session is bound to the loop that created it; a new loop (e.g. a new asyncio.run)
-            # gets its own.  A session left on a finished loop cannot be closed from here.
-            connector = aiohttp.TCPConnector(limit=self.max_connections, keepalive_timeout=30)
-            self._session = aiohttp.ClientSession(connector=connector)
-            self._session_loop = loop
-        return self._session
+        return self._session.get()
 
     async def close(self) -> None:
         """Close the pooled session of the current loop (idempotent)."""
-        if (
-            self._session is not None
-            and not self._session.closed
-            and self._session_loop is asyncio.get_running_loop()
-        ):
-            await self._session.close()
-        self._session = None
-        self._session_loop = None
+        await self._session.close()
 
     async def __aenter__(self) -> RetrieverClient:
         return self

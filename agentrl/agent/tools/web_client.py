@@ -39,6 +39,7 @@ from typing import Any
 import aiohttp
 
 from agentrl.agent.tools.base import ToolError
+from agentrl.agent.tools.search_client import LoopSession
 
 __all__ = [
     "SERPER_URL",
@@ -184,26 +185,11 @@ class SerperClient:
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
         self.params = dict(params or {})  # extra body fields (gl, hl), part of every cache key
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
-
-    def _session_of_loop(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            # A session belongs to the loop that made it; a new loop (a new asyncio.run) gets its own.
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
-            self._session_loop = loop
-        return self._session
+        self._session = LoopSession(limit=64)
 
     async def close(self) -> None:
         """Close the current loop's HTTP session (idempotent)."""
-        if (
-            self._session is not None
-            and not self._session.closed
-            and self._session_loop is asyncio.get_running_loop()
-        ):
-            await self._session.close()
-        self._session, self._session_loop = None, None
+        await self._session.close()
 
     def _key(self) -> str:
         key = os.environ.get(self.api_key_env, "").strip()
@@ -261,9 +247,7 @@ class SerperClient:
     async def _post(self, key: str, payload: dict[str, Any], timeout_s: float) -> Any:
         headers = {"X-API-KEY": key, "Content-Type": "application/json"}
         timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with self._session_of_loop().post(
-            self.url, json=payload, headers=headers, timeout=timeout
-        ) as resp:
+        async with self._session.get().post(self.url, json=payload, headers=headers, timeout=timeout) as resp:
             if resp.status == 200:
                 try:
                     return await resp.json(content_type=None)
