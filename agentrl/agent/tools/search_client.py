@@ -20,7 +20,13 @@ from typing import Any
 
 import aiohttp
 
-__all__ = ["LoopSession", "RetrieverClient", "RetrieverError", "RetrieverRequestError", "RetrieverUnavailable"]
+__all__ = [
+    "LoopSession",
+    "RetrieverClient",
+    "RetrieverError",
+    "RetrieverRequestError",
+    "RetrieverUnavailable",
+]
 
 ENDPOINTS = ("/retrieve", "/open_page")  # a URL ending in one names the service root before it
 
