@@ -94,6 +94,11 @@ def _check_registries(cfg: ExperimentConfig, problems: list[str]) -> None:
             f"algorithm.adv_estimator={algo.adv_estimator} compares samples of the same prompt and needs "
             f"actor.rollout.n >= 2 (got {rollout.n})"
         )
+    if estimator is not None and algo.dynamic_sampling.enable and not estimator.needs_groups:
+        problems.append(
+            f"algorithm.dynamic_sampling.enable drops groups whose samples tie, which only a group "
+            f"estimator (grpo, drgrpo, rloo) has; algorithm.adv_estimator={algo.adv_estimator} has none"
+        )
     check_choice(problems, "algorithm.kl_penalty", algo.kl_penalty, KL_KINDS)
     check_choice(problems, "actor.kl_loss_type", actor.kl_loss_type, KL_KINDS)
     check_choice(problems, "algorithm.kl_ctrl.type", algo.kl_ctrl.type, KL_CONTROLLERS)
@@ -152,9 +157,39 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(f"algorithm.gamma and algorithm.lam must be in [0, 1], got {algo.gamma}, {algo.lam}")
     if not rollout.val_greedy and rollout.temperature <= 0:
         problems.append(f"config key 'actor.rollout.temperature' must be > 0, got {rollout.temperature}")
+    _check_signal_options(cfg, problems)
     _check_lora(cfg, problems)
     _check_best(cfg, problems)
     _check_skip_old_log_prob(cfg, problems)
+
+
+def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:
+    """Dynamic sampling, the overlong options and the dead-signal alarms."""
+    sampling, reward = cfg.algorithm.dynamic_sampling, cfg.reward
+    if sampling.max_rounds < 1:
+        problems.append(
+            f"config key 'algorithm.dynamic_sampling.max_rounds' must be >= 1, got {sampling.max_rounds}"
+        )
+    if sampling.enable and cfg.trainer.one_step_off_policy:
+        problems.append(
+            "algorithm.dynamic_sampling.enable needs trainer.one_step_off_policy=false (a step's extra "
+            "generation rounds would wait on the rollout drawn ahead)"
+        )
+    budget = cfg.data.max_response_length
+    if not 0 <= reward.overlong_buffer < budget:
+        problems.append(
+            f"config key 'reward.overlong_buffer' must be in [0, data.max_response_length={budget}), "
+            f"got {reward.overlong_buffer}"
+        )
+    if reward.overlong_penalty_factor < 0:
+        problems.append(
+            f"config key 'reward.overlong_penalty_factor' must be >= 0, got {reward.overlong_penalty_factor}"
+        )
+    if cfg.trainer.alarm_after_steps < 0:
+        problems.append(
+            f"config key 'trainer.alarm_after_steps' must be >= 0 (0: off), "
+            f"got {cfg.trainer.alarm_after_steps}"
+        )
 
 
 def _check_skip_old_log_prob(cfg: ExperimentConfig, problems: list[str]) -> None:

@@ -182,6 +182,11 @@ class RewardConfig:
     # subtracted from the score of a trajectory with a malformed tool call or a turn that neither
     # called nor answered (the batch's tool_calls_invalid); 0: none
     format_penalty: float = 0.0
+    # DAPO's soft overlong punishment: a response longer than data.max_response_length minus
+    # overlong_buffer tokens loses overlong_penalty_factor × (its excess / overlong_buffer), all of it
+    # at the budget; 0 tokens: off
+    overlong_buffer: int = 0
+    overlong_penalty_factor: float = 1.0
     reward_model_path: str | None = None  # optional learned reward model (scalar head)
     micro_batch_size: int = 4  # sequences per forward of the reward model
 
@@ -192,6 +197,17 @@ class KLControlConfig:
     kl_coef: float = 0.001
     target_kl: float = 0.1
     horizon: int = 10000
+
+
+@dataclass
+class DynamicSamplingConfig:
+    """DAPO's dynamic sampling: a group whose samples all score alike has zero advantage under a
+    group estimator, so it is dropped before the update and more prompts are drawn in its place."""
+
+    enable: bool = False
+    # generation rounds a step may take, each drawing data.train_batch_size prompts; a step still
+    # short of data.train_batch_size informative groups after them fills up with tied ones and says so
+    max_rounds: int = 4
 
 
 @dataclass
@@ -207,6 +223,10 @@ class AlgorithmConfig:
     # Truncated importance sampling when the rollout came from other weights than π_old
     # (trainer.one_step_off_policy): each token's policy loss × min(π_old / π_rollout, tis_cap).
     tis_cap: float = 2.0
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    # overlong filtering (DAPO): a trajectory cut by the response budget or the context leaves the
+    # loss (its loss mask zeroed after the advantages, which still count its score)
+    overlong_filter: bool = False
 
 
 @dataclass
@@ -246,6 +266,9 @@ class TrainerConfig:
     # Generate step t+1's rollout while step t updates, with weights one step stale (the policy
     # loss corrects with algorithm.tis_cap); false keeps every step on-policy.
     one_step_off_policy: bool = False
+    # dead-signal alarms: warn when no tool was called, or the reward did not vary, for this many
+    # steps in a row (and on every step whose groups all tied); 0 turns them off
+    alarm_after_steps: int = 5
 
 
 @dataclass

@@ -17,6 +17,8 @@ rl_data    the RL questions whose BM25 search returns a golden answer (non-zero 
 rl_pool    of those, the ones the warm start solves when sampled once (``recipes.rl_pool``)
 rl_full    GRPO from the SFT model on Ray, full fine-tuning
 rl_lora    the same with LoRA adapters (``actor.lora.rank``)
+rl_dyn     GRPO from the SFT model on every ``rl_data`` question, no pool: dynamic sampling
+           (``algorithm.dynamic_sampling``) keeps only the groups whose samples differ
 dense_idx  the dense index (``dense_index``: for the RAG-dense baseline only)
 eval       every model on the held-out sets, one phase per cell (``search_qa_eval``); ``eval-<cell>``
            names one cell alone (``--only eval-rl_full``)
@@ -31,13 +33,12 @@ import os
 import random
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentrl.recipes.phases import PhaseRunner
-from agentrl.recipes.profiles import load_profile
 from agentrl.recipes.search_qa_eval import CELLS, evaluate_cells
+from agentrl.recipes.search_qa_profile import FULL, PROFILE_DIR, PROFILES, TINY, RecipeProfile
 
 __all__ = ["EVAL_CELL_PHASES", "FULL", "PHASES", "PROFILE_DIR", "TINY", "RecipeProfile", "run_phases"]
 
@@ -51,40 +52,13 @@ PHASES = (
     "rl_pool",
     "rl_full",
     "rl_lora",
+    "rl_dyn",
     "dense_index",
     "eval",
 )
 # one held-out evaluation cell alone (``--only eval-rl_full``); ``eval`` runs every cell
 EVAL_CELL_PHASES = tuple(f"eval-{cell}" for cell in CELLS)
 RUN_ORDER = (*PHASES[:-1], *EVAL_CELL_PHASES)  # the phases as the runner runs them: ``eval`` is its cells
-PROFILE_DIR = Path(__file__).resolve().parent / "profiles" / "search_qa"
-
-
-@dataclass(frozen=True)
-class RecipeProfile:
-    """Sizes of one run of the recipe (``full`` makes ``docs/results.md``; ``tiny`` is its test),
-    each a YAML file in ``PROFILE_DIR``."""
-
-    name: str
-    heldout_limit: int  # questions per held-out dataset
-    val_per_dataset: int
-    demo_candidates: dict[str, int]  # training questions tried as demonstrations, per dataset
-    sft_demos: int  # at most this many demonstrations are trained on (~80 s a step of 8 here)
-    sft_epochs: int
-    sft_batch_size: int
-    sft_lr: float
-    sft_compute_dtype: str
-    pool_candidates: int  # RL questions the warm start is sampled on (``rl_pool``)
-    pool_min: int  # fewer solved than this: the RL phase could not learn, stop
-    dense: bool  # build the dense index too (the RAG-dense baseline)
-    eval_options: dict[str, Any]  # keyword arguments of ``evaluate_cells`` and ``solved_once``
-    rl_overrides: dict[str, Any]  # win over config/search_qa.yaml
-    lora_overrides: dict[str, Any]  # rl_lora's, on top of ``rl_overrides``
-
-
-FULL = load_profile(PROFILE_DIR / "full.yaml", RecipeProfile)
-TINY = load_profile(PROFILE_DIR / "tiny.yaml", RecipeProfile)
-PROFILES = {p.name: p for p in (FULL, TINY)}
 
 
 # --- phases -----------------------------------------------------------------------------------
@@ -247,6 +221,7 @@ def rl_config(
         "trainer.experiment_name": name,
         **profile.rl_overrides,
         **(profile.lora_overrides if name == "rl_lora" else {}),
+        **(profile.dynamic_overrides if name == "rl_dyn" else {}),
     }
     return load_config(["grpo", "search_qa"], [f"{k}={v}" for k, v in overrides.items()])
 
@@ -322,13 +297,7 @@ def run_phases(
                     done["rl_data"], done["sft"]["model"], server.retrieve_url, out, profile, seed, config
                 ),
             )
-        for name in ("rl_full", "rl_lora"):
-            if done.get("rl_pool") is None:
-                break
-            cfg = rl_config(
-                profile, out, name, Path(done["sft"]["model"]), done["rl_pool"], server.retrieve_url
-            )
-            done[name] = phases.run(name, f"GRPO from the SFT model ({name})", lambda cfg=cfg: phase_rl(cfg))
+        run_rl_phases(phases, done, profile, out, server.retrieve_url)
     finally:
         server.stop()
     if profile.dense:
@@ -337,6 +306,19 @@ def run_phases(
         )
     run_eval_cells(out, phases, done, profile, config)
     return done
+
+
+def run_rl_phases(
+    phases: PhaseRunner, done: dict[str, dict[str, Any] | None], profile: RecipeProfile, out: Path, url: str
+) -> None:
+    """The GRPO phases from the SFT model: ``rl_full`` and ``rl_lora`` on the pool, ``rl_dyn`` on
+    every ``rl_data`` question (dynamic sampling finds the ones the policy sometimes solves)."""
+    sources = {"rl_full": "rl_pool", "rl_lora": "rl_pool", "rl_dyn": "rl_data"}
+    for name, source in sources.items():
+        if done.get("sft") is None or done.get(source) is None:
+            continue
+        cfg = rl_config(profile, out, name, Path(done["sft"]["model"]), done[source], url)
+        done[name] = phases.run(name, f"GRPO from the SFT model ({name})", lambda cfg=cfg: phase_rl(cfg))
 
 
 def run_eval_cells(

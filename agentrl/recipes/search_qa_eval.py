@@ -11,6 +11,7 @@ rag-dense     starting model      rag          dense top-3 (MiniLM + faiss)
 sft           after SFT           agent        BM25 top-3
 rl_full       after SFT + GRPO    agent        BM25 top-3
 rl_lora       after SFT + GRPO    agent        BM25 top-3 (LoRA adapters, merged)
+rl_dyn        after SFT + GRPO    agent        BM25 top-3 (dynamic sampling, no pool)
 ============  ==================  ===========  ==================================
 
 Every cell rolls out as the RL phases do (``EvalSettings.from_experiment`` of their GRPO
@@ -36,6 +37,7 @@ CELLS: dict[str, tuple[str, str, str | None]] = {  # cell -> (phase whose model,
     "sft": ("sft", "agent", "bm25"),
     "rl_full": ("rl_full", "agent", "bm25"),
     "rl_lora": ("rl_lora", "agent", "bm25"),
+    "rl_dyn": ("rl_dyn", "agent", "bm25"),
 }
 DATASETS = ("nq", "hotpotqa", "triviaqa", "popqa")
 

@@ -16,7 +16,6 @@ import ray
 import torch
 from tqdm import tqdm
 
-from agentrl.agent.collate import collate
 from agentrl.agent.dump import dump_trajectories
 from agentrl.agent.generation import RolloutResult, prompt_encoder
 from agentrl.config.loader import to_yaml
@@ -26,16 +25,20 @@ from agentrl.core.batch import Batch
 from agentrl.core.kl_control import build_kl_controller
 from agentrl.core.losses import kl_in_reward, truncated_importance_weights
 from agentrl.core.masked import masked_mean, masked_whiten
+from agentrl.core.overlong import overlong_loss_mask, overlong_rows
 from agentrl.eval.records import records_of
 from agentrl.eval.report import flat_metrics
 from agentrl.models.loading import load_tokenizer
 from agentrl.models.update import NonFiniteLossError
-from agentrl.seeding import derive_seed, rng_state, set_rng_state
+from agentrl.seeding import rng_state, set_rng_state
+from agentrl.trainer.alarms import DeadSignalAlarms
 from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.dataset import StatefulLoader, build_datasets
+from agentrl.trainer.group_filter import Scored
 from agentrl.trainer.placement import Roles, start_roles
 from agentrl.trainer.rollout_ahead import RolloutAhead
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
+from agentrl.trainer.step_sampler import StepSampler
 from agentrl.trainer.tool_check import check_tools
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.base import RunContext
@@ -67,8 +70,14 @@ class PPOTrainer:
             self.train_data.prompts, config.data.train_batch_size, config.data.shuffle, config.data.seed
         )
         self.checkpoints = CheckpointManager(self.run_dir, config.trainer.max_ckpt_to_keep)
+        self.alarms = DeadSignalAlarms(
+            config.trainer.alarm_after_steps,
+            watch_tools=bool(self.context.tool_names),
+            watch_groups=self.estimator.needs_groups,
+        )
         self.global_step = 0
         self.roles: Roles | None = None
+        self.sampler: StepSampler | None = None  # with the roles (init_workers)
 
     # --- the loop --------------------------------------------------------------------
 
@@ -108,14 +117,15 @@ class PPOTrainer:
         return metrics
 
     def train_step(self, prompts: list) -> dict[str, float]:
-        """One on-policy PPO step on ``prompts``; returns the step's metrics."""
+        """One on-policy PPO step on ``prompts`` (and the further prompts dynamic sampling draws);
+        returns the step's metrics."""
         timer = StepTimer()
         with timer("step"):
-            # Stage 1: rollout (multi-turn: generate → <search> → retrieve → <information> → …)
-            with timer("gen"):
-                rollout = self.generate_sequences(prompts)
-            batch, metrics = self.learn(rollout, timer, off_policy=False)
-        return self.close_step(rollout, batch, metrics | {"rollout/staleness": 0.0}, timer)
+            # Stage 1: rollout (multi-turn: generate → <search> → retrieve → <information> → …), scored
+            scored, sampling_metrics = self.sampler.sample(prompts, self.global_step, timer)
+            batch, metrics = self.learn(scored, timer, off_policy=False)
+        metrics |= sampling_metrics | {"rollout/staleness": 0.0}
+        return self.close_step(scored.rollout, batch, metrics, timer)
 
     def off_policy_step(self, ahead: RolloutAhead | None) -> tuple[dict[str, float], RolloutAhead | None]:
         """One step trained on the rollout submitted during the previous step (weights one update
@@ -123,7 +133,7 @@ class PPOTrainer:
         timer = StepTimer()
         with timer("step"):
             if ahead is None:  # the first step (or the first after a resume) waits for its own
-                ahead = self.submit_rollout(self.global_step)
+                ahead = self.sampler.submit(self.global_step, self.global_step)
             with timer("gen_wait"):
                 rollout = ahead.result()
             staleness = float(self.global_step - ahead.weights_version)
@@ -131,17 +141,15 @@ class PPOTrainer:
             if self.can_draw_ahead():
                 with timer("weight_sync"):
                     self.roles.actor.run_all("sync_engine")
-                following = self.submit_rollout(self.global_step + 1)
-            batch, metrics = self.learn(rollout, timer, off_policy=True)
-        return self.close_step(rollout, batch, metrics | {"rollout/staleness": staleness}, timer), following
+                following = self.sampler.submit(self.global_step + 1, self.global_step)
+            scored = self.sampler.score(rollout, timer)
+            batch, metrics = self.learn(scored, timer, off_policy=True)
+        metrics |= self.sampler.signal(scored) | {"rollout/staleness": staleness}
+        return self.close_step(rollout, batch, metrics, timer), following
 
-    def learn(
-        self, rollout: RolloutResult, timer: StepTimer, off_policy: bool
-    ) -> tuple[Batch, dict[str, float]]:
-        """Stages 2 and 3 of a step: the training batch from the rollout, then the updates."""
-        batch = collate(
-            rollout.trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer
-        )
+    def learn(self, scored: Scored, timer: StepTimer, off_policy: bool) -> tuple[Batch, dict[str, float]]:
+        """Stages 2 and 3 of a step: the training batch from the scored rollout, then the updates."""
+        batch = scored.batch
         # Stage 2: make training data
         if self.context.old_log_prob_source == "recomputed":  # else π_old is the update's own forward
             with timer("old_log_prob"):
@@ -156,12 +164,15 @@ class PPOTrainer:
                     if self.reference_in_actor
                     else self.roles.reference.run_sharded("compute_log_prob", batch)
                 )
-        with timer("reward"):
-            batch["scores"], reward_metrics = self.roles.reward.run_rank0("compute_scores", batch)
         batch["token_level_scores"] = place_score_on_last_token(batch["scores"], batch["response_mask"])
         batch["token_level_rewards"], kl_metrics = self.apply_kl_penalty(batch)
         with timer("adv"):
             batch["advantages"], batch["returns"] = self.compute_advantages(batch)
+        overlong_metrics: dict[str, float] = {}
+        if self.config.algorithm.overlong_filter:  # after the advantages: the sample's score still counts
+            overlong = overlong_rows(batch["response_truncated"], batch["context_truncated"])
+            batch["response_mask"] = overlong_loss_mask(batch["response_mask"], overlong)
+            overlong_metrics = {"overlong_filter/masked_share": float(overlong.float().mean())}
         tis_metrics: dict[str, float] = {}
         if off_policy:  # the engine sampled with older weights than π_old (recomputed): re-weight its tokens
             batch["tis_weights"], tis_metrics = truncated_importance_weights(
@@ -173,7 +184,7 @@ class PPOTrainer:
         # Stage 3: update
         update_metrics = self.update(batch, timer)
         metrics = step_metrics(batch, self.use_critic, self.context.old_log_prob_source)
-        metrics |= reward_metrics | kl_metrics | tis_metrics
+        metrics |= scored.reward_metrics | kl_metrics | tis_metrics | overlong_metrics
         return batch, metrics | update_metrics
 
     def close_step(
@@ -185,27 +196,13 @@ class PPOTrainer:
         metrics |= bookkeeping_metrics(
             batch, timer.seconds["step"], self.global_step, self.train_data.filtered_overlong
         )
+        metrics |= self.alarms.observe(self.global_step, metrics)
         self.check_finite(metrics)
         if self.config.trainer.dump_trajectories:
             self.dump(rollout, batch)
         return metrics
 
     # --- stages ----------------------------------------------------------------------
-
-    def generate_sequences(self, prompts: list, validate: bool = False) -> RolloutResult:
-        n = 1 if validate else self.config.actor.rollout.n
-        seed = None if validate else derive_seed(self.config.seed, "rollout", self.global_step)
-        return self.roles.actor.run_sharded("generate_sequences", prompts, n, seed, validate)
-
-    def submit_rollout(self, step: int) -> RolloutAhead:
-        """Draw the prompts of (0-based) step ``step`` and start their rollout without waiting,
-        with the weights the engine holds now (``global_step`` updates)."""
-        loader_state = self.loader.state_dict()
-        prompts = self.loader.next_batch()
-        seed = derive_seed(self.config.seed, "rollout", step)
-        n = self.config.actor.rollout.n
-        pending = self.roles.actor.submit_sharded("generate_sequences", prompts, n, seed, False)
-        return RolloutAhead(pending, self.global_step, loader_state)
 
     def apply_kl_penalty(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         """token_level_rewards = scores − β · KL(π_old ‖ π_ref) per model token (when KL is in the reward)."""
@@ -280,7 +277,7 @@ class PPOTrainer:
         records = []
         size = self.config.data.val_batch_size
         for start in tqdm(range(0, len(prompts), size), desc="validating", leave=False):
-            rollout = self.generate_sequences(prompts[start : start + size], validate=True)
+            rollout = self.sampler.generate(prompts[start : start + size], self.global_step, validate=True)
             records += records_of(rollout.trajectories, self.tokenizer)
         return flat_metrics(records, "val", tools=self.context.tool_names)  # the records count by name
 
@@ -326,6 +323,8 @@ class PPOTrainer:
         self.roles = start_roles(
             self.config, self.context, self.use_critic, self.use_reference and not self.reference_in_actor
         )
+        grouped = self.estimator.needs_groups
+        self.sampler = StepSampler(self.config, self.roles, self.tokenizer, self.loader, grouped)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
 

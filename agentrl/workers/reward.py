@@ -9,6 +9,9 @@ each tool's calls counted under its name, ``RunContext.tool_names``, in both);
 rule score. ``reward.format_penalty`` (> 0) is subtracted from the score of every
 trajectory with a malformed tool call or a turn that neither called nor answered (the
 rollout's per-row counts, the batch's ``tool_calls_invalid``), whichever scores it.
+``reward.overlong_buffer`` (> 0) adds DAPO's soft overlong punishment to every score
+(``core.overlong.soft_overlong_penalty`` of the response's length against
+``data.max_response_length``), whichever scores it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from agentrl.config.schema import RewardConfig
 from agentrl.core.batch import Batch
 from agentrl.core.masked import last_true_index
+from agentrl.core.overlong import soft_overlong_penalty
 from agentrl.models.forward import no_grad_over_micro_batches
 from agentrl.models.layout import trim_padding
 from agentrl.models.loading import build_value_model
@@ -38,6 +42,24 @@ def with_format_penalty(
     hit = torch.tensor([bool(counts) and sum(counts.values()) > 0 for counts in batch["tool_calls_invalid"]])
     metrics["reward/format_penalized"] = float(hit.float().mean()) if len(hit) else 0.0
     return scores - penalty * hit.to(scores.dtype)
+
+
+def with_overlong_penalty(
+    scores: torch.Tensor, batch: Batch, reward: RewardConfig, max_length: int, metrics: dict[str, float]
+) -> torch.Tensor:
+    """``scores`` plus the soft overlong punishment of each row's response length (model and
+    observation tokens: what the budget ``max_length`` counts); with ``reward.overlong_buffer``
+    > 0, ``reward/overlong_penalty`` (its mean) and ``reward/overlong_penalized`` (the share of
+    rows it reached) join ``metrics``."""
+    if reward.overlong_buffer == 0:
+        return scores
+    lengths = (batch["response_segments"] != 0).sum(dim=-1)
+    penalty = soft_overlong_penalty(
+        lengths, max_length, reward.overlong_buffer, reward.overlong_penalty_factor
+    )
+    metrics["reward/overlong_penalty"] = float(penalty.mean()) if len(penalty) else 0.0
+    metrics["reward/overlong_penalized"] = float((penalty < 0).float().mean()) if len(penalty) else 0.0
+    return scores + penalty.to(scores.dtype)
 
 
 def rollout_calls(batch: Batch) -> list[RolloutCalls]:
@@ -76,7 +98,9 @@ class RuleRewardWorker(RoleWorker):
         scores = with_format_penalty(
             torch.tensor(scores, dtype=torch.float32), batch, self.reward.format_penalty, metrics
         )
-        return scores, metrics
+        return with_overlong_penalty(
+            scores, batch, self.reward, self.context.max_response_length, metrics
+        ), metrics
 
 
 class RewardModelWorker(RoleWorker):
@@ -100,4 +124,7 @@ class RewardModelWorker(RoleWorker):
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         scores = no_grad_over_micro_batches(self._score, batch, self.reward.micro_batch_size)
         metrics = {"reward/model_score": float(scores.mean())}
-        return with_format_penalty(scores, batch, self.reward.format_penalty, metrics), metrics
+        scores = with_format_penalty(scores, batch, self.reward.format_penalty, metrics)
+        return with_overlong_penalty(
+            scores, batch, self.reward, self.context.max_response_length, metrics
+        ), metrics

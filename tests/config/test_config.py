@@ -306,3 +306,29 @@ def test_the_rollout_section_of_a_run_config_is_read_without_its_files(tmp_path)
     (tmp_path / "none.yaml").write_text("trainer: {}\n")
     with pytest.raises(ConfigError, match="no actor.rollout section"):
         load_rollout(tmp_path / "none.yaml")
+
+
+def test_dynamic_sampling_and_the_overlong_options_are_checked_by_key(model_dir):
+    grpo = ["algorithm.dynamic_sampling.enable=true", f"actor.model_path={model_dir}"]
+    cfg = load_config("grpo", grpo)
+    assert cfg.algorithm.dynamic_sampling.enable and cfg.algorithm.dynamic_sampling.max_rounds == 4
+    assert not load_config("grpo", [f"actor.model_path={model_dir}"]).algorithm.dynamic_sampling.enable
+    with pytest.raises(
+        ConfigError, match=r"dynamic_sampling\.enable drops groups.*adv_estimator=gae has none"
+    ):
+        load_config("ppo", grpo)
+    with pytest.raises(
+        ConfigError, match=r"dynamic_sampling\.enable needs trainer\.one_step_off_policy=false"
+    ):
+        load_config("grpo", [*grpo, "trainer.one_step_off_policy=true", "actor.skip_old_log_prob=false"])
+    with pytest.raises(ConfigError, match=r"'algorithm\.dynamic_sampling\.max_rounds' must be >= 1, got 0"):
+        load_config("grpo", [*grpo, "algorithm.dynamic_sampling.max_rounds=0"])
+    budget = ["data.max_response_length=100", f"actor.model_path={model_dir}"]
+    with pytest.raises(
+        ConfigError, match=r"'reward\.overlong_buffer' must be in \[0, data\.max_response_length=100\)"
+    ):
+        load_config("grpo", [*budget, "reward.overlong_buffer=100"])
+    with pytest.raises(ConfigError, match=r"'reward\.overlong_penalty_factor' must be >= 0"):
+        load_config("grpo", [*budget, "reward.overlong_penalty_factor=-1"])
+    with pytest.raises(ConfigError, match=r"'trainer\.alarm_after_steps' must be >= 0"):
+        load_config("grpo", [*budget, "trainer.alarm_after_steps=-2"])

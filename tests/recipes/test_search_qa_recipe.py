@@ -75,6 +75,22 @@ def test_rl_trains_on_the_pool_the_warm_start_was_sampled_on(run):
         assert "rl_train_pool.parquet" in (out / name / "config.yaml").read_text(), name
 
 
+def test_rl_dyn_trains_on_every_answerable_question_with_dynamic_sampling(run):
+    out, done = run
+    config = (out / "rl_dyn" / "config.yaml").read_text()
+    assert "rl_train.parquet" in config and "rl_train_pool.parquet" not in config
+    steps = [m for m in records(out / "rl_dyn" / "metrics.jsonl") if "timing_s/step" in m]
+    assert len(steps) == 2
+    for m in steps:  # each step drew its rounds and kept exactly the configured number of groups
+        assert (
+            1
+            <= m["dynamic_sampling/rounds"]
+            <= TINY.dynamic_overrides["algorithm.dynamic_sampling.max_rounds"]
+        )
+        kept = m["dynamic_sampling/informative_groups"] + m["dynamic_sampling/padded_groups"]
+        assert kept == TINY.rl_overrides["data.train_batch_size"]
+
+
 def test_sft_then_full_and_lora_rl_each_leave_a_model(run):
     out, done = run
     assert done["sft"]["examples"] > 0 and all(loss == loss for loss in done["sft"]["loss"])
@@ -95,7 +111,7 @@ def test_every_cell_is_scored_on_the_held_out_questions_with_one_answer_rule(run
     out, done = run
     rows = results_rows(out)
     systems = {r["system"] for r in rows}
-    assert systems == {"direct", "rag-bm25", "sft", "rl_full", "rl_lora"}  # no dense index at test size
+    assert systems == {"direct", "rag-bm25", "sft", "rl_full", "rl_lora", "rl_dyn"}  # no dense index here
     assert all(r["n"] == TINY.heldout_limit for r in rows)
     for cell in systems:
         settings = json.loads((out / "eval" / cell / "metrics.json").read_text())["settings"]

@@ -20,6 +20,7 @@ from agentrl.core.masked import masked_mean
 from agentrl.trainer.placement import Roles
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.step_metrics import StepTimer
+from agentrl.trainer.step_sampler import StepSampler
 from agentrl.workers.actor import ActorWorker, ReferenceWorker
 
 
@@ -101,7 +102,8 @@ def test_the_driver_decides_the_pi_old_source_once_and_its_stages_follow_it(tiny
         actor=actor, critic=None, reference=reference, reward=RecordingGroup(SeededScores())
     )
     timer = StepTimer()
-    batch, metrics = trainer.learn(sampled_rollout(trainer), timer, off_policy=False)
+    sampler = StepSampler(trainer.config, trainer.roles, trainer.tokenizer, trainer.loader, grouped=True)
+    batch, metrics = trainer.learn(sampler.score(sampled_rollout(trainer), timer), timer, off_policy=False)
 
     assert actor.worker.context is trainer.context, "the actor is given the driver's decision"
     assert "actor/logprob_diff" not in metrics, "the gap is emitted under its final name"

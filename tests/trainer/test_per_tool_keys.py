@@ -5,7 +5,7 @@ rollout counts calls by name, so the reward's ``tool_calls/<name>`` and the trai
 ``val/*/tool_calls/<name>`` must too, or the tool's counts silently read 0 under its tag.
 
 Without Ray: the trainer is built from its config as ``fit`` builds it (the driver's tool check
-included), and its ``generate_sequences`` (the call into the actor group) runs the real
+included), and its sampler's ``generate`` (the call into the actor group) runs the real
 ``LLMGenerationManager`` in this process around a scripted policy: a random tiny model never
 writes a tool call.
 """
@@ -25,6 +25,7 @@ from agentrl.agent import LLMGenerationManager, collate
 from agentrl.agent.sampling import rollout_sampling
 from agentrl.config.schema import ExperimentConfig, RewardConfig, ToolConfig
 from agentrl.trainer.ppo_trainer import PPOTrainer
+from agentrl.trainer.step_sampler import StepSampler
 from agentrl.workers.reward import RuleRewardWorker
 
 pytestmark = pytest.mark.timeout(120)
@@ -113,10 +114,11 @@ def test_a_schema_tool_whose_tag_is_not_its_name_is_counted_by_name_in_the_rewar
         max_response_length=trainer.context.max_response_length,
     )
 
-    def generate_sequences(prompts: list, validate: bool = False):  # the actor's, in this process
+    def generate_sequences(prompts: list, step: int = 0, validate: bool = False):  # the actor's, here
         return manager.run(prompts, rollout_sampling(rollout_config, greedy=validate), n=1)
 
-    monkeypatch.setattr(trainer, "generate_sequences", generate_sequences)
+    trainer.sampler = StepSampler(trainer.config, None, trainer.tokenizer, trainer.loader, grouped=False)
+    monkeypatch.setattr(trainer.sampler, "generate", generate_sequences)
 
     rollout = generate_sequences(trainer.val_data.prompts)
     assert [t.tool_calls for t in rollout.trajectories] == [{"lookup": 1}] * 2

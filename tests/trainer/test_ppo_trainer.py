@@ -140,6 +140,35 @@ def test_grpo_three_steps_builds_no_critic_skips_the_old_log_prob_pass_and_keeps
     assert trainer.checkpoints.best().name == f"step_{best_step}"
 
 
+def test_grpo_with_dynamic_sampling_draws_rounds_keeps_the_batch_size_and_logs_the_overlong_treatments(
+    search_world, tmp_path
+):
+    run_dir = tmp_path / "dapo"
+    dapo = {
+        "actor.rollout.n": 2,
+        "algorithm.dynamic_sampling.enable": True,
+        "algorithm.dynamic_sampling.max_rounds": 3,
+        "algorithm.overlong_filter": True,
+        "reward.overlong_buffer": 32,
+        "trainer.alarm_after_steps": 2,
+    }
+    trainer, _, after = run("grpo", search_world.overrides(run_dir, steps=2, **dapo))
+    rows = read_metrics(run_dir)
+    assert len(rows) == 2
+    for row in rows:
+        kept = row["dynamic_sampling/informative_groups"] + row["dynamic_sampling/padded_groups"]
+        assert kept == 4, "the batch always holds data.train_batch_size groups"
+        rounds = row["dynamic_sampling/rounds"]
+        assert 1 <= rounds <= 3 and row["dynamic_sampling/prompts_consumed"] == 4 * rounds
+        if row["dynamic_sampling/informative_groups"] < 4:
+            assert rounds == 3, "a step short of informative groups draws every round it may"
+        for key in ("signal/tied_group_share", "signal/score_spread", "overlong_filter/masked_share"):
+            assert 0 <= row[key] <= 1 or key == "signal/score_spread"
+        assert row["reward/overlong_penalty"] <= 0 and "alarms/all_groups_tied_steps" in row
+    # the loader stands after every prompt the rounds drew: what a resumed run draws on from
+    assert trainer.loader.state_dict()["position"] == sum(r["dynamic_sampling/rounds"] for r in rows)
+
+
 def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_importance_weights(
     search_world, tmp_path
 ):

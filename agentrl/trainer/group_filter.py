@@ -1,0 +1,174 @@
+"""Dynamic sampling (DAPO): a step's prompt groups drawn round by round until enough carry a signal.
+
+Under a group estimator (grpo, drgrpo, rloo) a group whose samples all score alike, all right or
+all wrong, gets advantage 0 on every token: its forward and backward cost a full share of the
+update and teach nothing. ``fill_groups`` drops such groups and asks for another round of
+prompts until the step holds ``target`` informative groups or ``max_rounds`` rounds were drawn;
+a step still short then takes tied groups, in the order they were drawn, so the batch always
+has exactly ``target`` groups (the shape the data-parallel split and the mini-batches need),
+and its metrics say how many were padded. Groups beyond ``target`` are discarded, as DAPO does;
+their prompts count as consumed, so a resumed run draws on from where this one stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agentrl.agent.generation import RolloutResult
+from agentrl.agent.trajectory import Trajectory
+from agentrl.core.batch import Batch
+
+__all__ = [
+    "TIE_TOLERANCE",
+    "Scored",
+    "Selection",
+    "fill_groups",
+    "group_rows",
+    "select_groups",
+    "signal_metrics",
+    "tied_share",
+]
+
+# scores closer than this count as equal: rule scores are exact, a reward model's are not
+TIE_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Trajectories collated with their scores (``batch["scores"]``, one per row, in order) and the
+    reward role's metrics of them: what one round of a step gives, and what the update reads."""
+
+    rollout: RolloutResult
+    batch: Batch
+    reward_metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def scores(self) -> torch.Tensor:
+        return self.batch["scores"]
+
+    @property
+    def group_ids(self) -> list[str]:
+        return [t.group_id for t in self.rollout.trajectories]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rows a step keeps, group by group in the order they were drawn."""
+
+    rows: list[int]
+    informative: int  # kept groups whose scores differ
+    padded: int  # kept groups that tied, taken because the rounds ran out
+
+
+def group_rows(group_ids: Sequence[str]) -> dict[str, list[int]]:
+    """Each group's row indices, groups in the order their first row appears."""
+    rows: dict[str, list[int]] = {}
+    for i, gid in enumerate(group_ids):
+        rows.setdefault(gid, []).append(i)
+    return rows
+
+
+def _tied(scores: torch.Tensor, rows: list[int]) -> bool:
+    values = scores[rows]
+    return float(values.max() - values.min()) <= TIE_TOLERANCE
+
+
+def tied_share(group_ids: Sequence[str], scores: torch.Tensor) -> float:
+    """The share of groups whose scores all tie (max − min ≤ ``TIE_TOLERANCE``)."""
+    groups = group_rows(group_ids)
+    if not groups:
+        return 0.0
+    return sum(_tied(scores, rows) for rows in groups.values()) / len(groups)
+
+
+def signal_metrics(group_ids: Sequence[str], scores: torch.Tensor, grouped: bool) -> dict[str, float]:
+    """What a step's scores say about its learning signal, over every sample it generated (before
+    any filtering): ``signal/score_spread`` (max − min score) and, for a group estimator
+    (``grouped``), ``signal/tied_group_share``. The dead-signal alarms read both."""
+    metrics = {"signal/score_spread": float(scores.max() - scores.min()) if len(scores) else 0.0}
+    if grouped:
+        metrics["signal/tied_group_share"] = tied_share(group_ids, scores)
+    return metrics
+
+
+def select_groups(group_ids: Sequence[str], scores: torch.Tensor, target: int) -> Selection:
+    """The first ``target`` informative groups in draw order; tied groups (also in draw order)
+    fill what is missing. Fewer than ``target`` groups in all is an error: a round always draws
+    ``target`` prompts."""
+    groups = group_rows(group_ids)
+    if len(groups) < target:
+        raise ValueError(f"{len(groups)} groups drawn, fewer than the {target} a step trains on")
+    informative = [rows for rows in groups.values() if not _tied(scores, rows)][:target]
+    tied = [rows for rows in groups.values() if _tied(scores, rows)][: target - len(informative)]
+    chosen = {rows[0] for rows in informative + tied}  # keep the draw order across both kinds
+    rows = [i for members in groups.values() if members[0] in chosen for i in members]
+    return Selection(rows, informative=len(informative), padded=len(tied))
+
+
+def _weighted_metrics(parts: Sequence[Scored]) -> dict[str, float]:
+    """The reward role's per-round means as one mean over every row of every round."""
+    totals: dict[str, float] = {}
+    weights: dict[str, int] = {}
+    for part in parts:
+        size = len(part.rollout.trajectories)
+        for name, value in part.reward_metrics.items():
+            totals[name] = totals.get(name, 0.0) + value * size
+            weights[name] = weights.get(name, 0) + size
+    return {name: totals[name] / weights[name] for name in totals}
+
+
+def fill_groups(
+    first: Scored,
+    draw: Callable[[int], Scored],
+    collate: Callable[[list[Trajectory]], Batch],
+    target: int,
+    max_rounds: int,
+) -> tuple[Scored, dict[str, float]]:
+    """Rounds of ``draw(round)`` after ``first`` until ``target`` informative groups were drawn or
+    ``max_rounds`` rounds ran; returns the kept rows (``collate``d anew, their scores carried
+    over) and metrics: ``dynamic_sampling/*`` and ``signal_metrics`` of every drawn row. The kept
+    ``Scored`` has the kept trajectories, the rollout metrics of everything generated
+    (``RolloutResult.merge``), and the reward metrics averaged over every scored row."""
+    rounds = [first]
+    while len(rounds) < max_rounds and _informative_groups(rounds) < target:
+        rounds.append(draw(len(rounds)))
+    trajectories = [t for part in rounds for t in part.rollout.trajectories]
+    scores = torch.cat([part.scores for part in rounds])
+    group_ids = [t.group_id for t in trajectories]
+    selection = select_groups(group_ids, scores, target)
+    merged = _merge_rounds([part.rollout for part in rounds])
+    kept_trajectories = [trajectories[i] for i in selection.rows]
+    batch = collate(kept_trajectories)
+    batch["scores"] = scores[selection.rows]
+    kept = Scored(
+        RolloutResult(kept_trajectories, merged.metrics, merged.per_rank), batch, _weighted_metrics(rounds)
+    )
+    drawn = len(group_rows(group_ids))
+    metrics = {
+        "dynamic_sampling/rounds": float(len(rounds)),
+        "dynamic_sampling/prompts_consumed": float(drawn),
+        "dynamic_sampling/informative_groups": float(selection.informative),
+        "dynamic_sampling/padded_groups": float(selection.padded),
+    }
+    metrics |= signal_metrics(group_ids, scores, grouped=True)
+    return kept, metrics
+
+
+def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
+    """The rounds' rollouts as one: metrics recomputed over every trajectory, the tool-busy
+    seconds summed (the rounds ran one after another)."""
+    if len(parts) == 1:
+        return parts[0]
+    merged = RolloutResult.merge(parts)
+    busy = "rollout/tool_busy_s"
+    merged.metrics[busy] = sum(part.metrics.get(busy, 0.0) for part in parts)
+    return merged
+
+
+def _informative_groups(rounds: Sequence[Scored]) -> int:
+    return sum(
+        not _tied(part.scores, rows) for part in rounds for rows in group_rows(part.group_ids).values()
+    )

@@ -1,0 +1,96 @@
+"""A training step's samples: the rollouts of its prompts, scored by the reward role (stage 1 and 5).
+
+With ``algorithm.dynamic_sampling`` a step draws further rounds of prompts from the loader until
+enough groups differ in score (``group_filter.fill_groups``); without it, one round. Either way
+the step's signal metrics (``group_filter.signal_metrics``) cover every sample generated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm import tqdm
+
+from agentrl.agent.collate import collate
+from agentrl.agent.generation import RolloutResult
+from agentrl.config.schema import ExperimentConfig
+from agentrl.core.batch import Batch
+from agentrl.seeding import derive_seed
+from agentrl.trainer.dataset import StatefulLoader
+from agentrl.trainer.group_filter import Scored, fill_groups, signal_metrics
+from agentrl.trainer.placement import Roles
+from agentrl.trainer.rollout_ahead import RolloutAhead
+from agentrl.trainer.step_metrics import StepTimer
+
+__all__ = ["StepSampler"]
+
+
+class StepSampler:
+    """Rollouts of a step's prompts on the actor group, scored on the reward group."""
+
+    def __init__(
+        self, config: ExperimentConfig, roles: Roles, tokenizer: Any, loader: StatefulLoader, grouped: bool
+    ) -> None:
+        self.config, self.roles, self.tokenizer, self.loader = config, roles, tokenizer, loader
+        self.grouped = grouped  # a group estimator: the tied-group share means something
+
+    def sample(self, prompts: list, step: int, timer: StepTimer) -> tuple[Scored, dict[str, float]]:
+        """The scored rollout of ``prompts`` for (0-based) step ``step``; with dynamic sampling, more
+        rounds of prompts until ``data.train_batch_size`` groups differ in score. Also returns the
+        signal metrics of every sample generated (and ``dynamic_sampling/*``)."""
+        first = self.generate_scored(prompts, step, 0, timer)
+        sampling = self.config.algorithm.dynamic_sampling
+        if not sampling.enable:
+            return first, self.signal(first)
+
+        def draw(round_index: int) -> Scored:
+            return self.generate_scored(self.loader.next_batch(), step, round_index, timer)
+
+        target = self.config.data.train_batch_size
+        kept, metrics = fill_groups(first, draw, self.collate, target, sampling.max_rounds)
+        padded = int(metrics["dynamic_sampling/padded_groups"])
+        if padded:
+            tqdm.write(
+                f"step {step + 1}: {target - padded} informative groups in {sampling.max_rounds} rounds "
+                f"(algorithm.dynamic_sampling.max_rounds); {padded} tied groups fill the batch"
+            )
+        return kept, metrics
+
+    def submit(self, step: int, weights_version: int) -> RolloutAhead:
+        """One-step-off: draw the prompts of (0-based) step ``step`` and start their rollout without
+        waiting, on the engine's weights now (``weights_version`` updates)."""
+        loader_state = self.loader.state_dict()
+        prompts = self.loader.next_batch()
+        seed = derive_seed(self.config.seed, "rollout", step)
+        n = self.config.actor.rollout.n
+        pending = self.roles.actor.submit_sharded("generate_sequences", prompts, n, seed, False)
+        return RolloutAhead(pending, weights_version, loader_state)
+
+    def generate(
+        self, prompts: list, step: int, validate: bool = False, round_index: int = 0
+    ) -> RolloutResult:
+        """The rollout of ``prompts``: seeded per step (and per dynamic-sampling round after the
+        first), ``actor.rollout.n`` samples each; one unseeded sample each when validating."""
+        n = 1 if validate else self.config.actor.rollout.n
+        parts = ("rollout", step) + (("round", round_index) if round_index else ())
+        seed = None if validate else derive_seed(self.config.seed, *parts)
+        return self.roles.actor.run_sharded("generate_sequences", prompts, n, seed, validate)
+
+    def generate_scored(self, prompts: list, step: int, round_index: int, timer: StepTimer) -> Scored:
+        """One round of the step's rollout, scored; round 0 draws the step's own seed."""
+        with timer("gen"):
+            rollout = self.generate(prompts, step, round_index=round_index)
+        return self.score(rollout, timer)
+
+    def score(self, rollout: RolloutResult, timer: StepTimer) -> Scored:
+        """The rollout's trajectories collated and scored by the reward role (stage 5)."""
+        batch = self.collate(rollout.trajectories)
+        with timer("reward"):
+            batch["scores"], reward_metrics = self.roles.reward.run_rank0("compute_scores", batch)
+        return Scored(rollout, batch, reward_metrics)
+
+    def signal(self, scored: Scored) -> dict[str, float]:
+        return signal_metrics(scored.group_ids, scored.scores, grouped=self.grouped)
+
+    def collate(self, trajectories: list) -> Batch:
+        return collate(trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer)
