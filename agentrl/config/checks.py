@@ -185,6 +185,9 @@ def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(
             f"config key 'reward.overlong_penalty_factor' must be >= 0, got {reward.overlong_penalty_factor}"
         )
+    budget = cfg.trainer.time_budget_minutes
+    if budget is not None and budget <= 0:
+        problems.append(f"config key 'trainer.time_budget_minutes' must be > 0 or null, got {budget}")
     if cfg.trainer.alarm_after_steps < 0:
         problems.append(
             f"config key 'trainer.alarm_after_steps' must be >= 0 (0: off), "

@@ -251,6 +251,9 @@ class TrainerConfig:
     run_dir: str = "runs/${trainer.experiment_name}"
     total_steps: int = 100
     total_epochs: int = 1000  # the run ends at whichever of total_steps / total_epochs comes first
+    # or at the first step to end this many minutes after fit() started (a job's time limit, or
+    # runs compared at equal wall time); null: no limit
+    time_budget_minutes: float | None = None
     save_freq: int = 50  # <= 0: only the final checkpoint (after the last step) is written
     test_freq: int = 0  # <= 0 disables validation during training
     val_before_train: bool = False

@@ -18,6 +18,16 @@ import shutil
 from pathlib import Path
 
 COMPLETE_MARKER = "COMPLETE"
+
+
+def rank_score(metrics: dict[str, float], key: str) -> float:
+    """A step's value of ``trainer.keep_best_by`` (``key``), the rank of its checkpoint."""
+    if key not in metrics:
+        found = sorted(k for k in metrics if k.startswith("val/"))
+        raise KeyError(f"trainer.keep_best_by='{key}' is not a validation metric; this run has {found}")
+    return metrics[key]
+
+
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 

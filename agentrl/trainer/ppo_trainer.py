@@ -8,6 +8,7 @@ and ``fit()`` assigns them, so nothing a stage computes waits on ``self`` for a 
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from agentrl.models.loading import load_tokenizer
 from agentrl.models.update import NonFiniteLossError
 from agentrl.seeding import rng_state, set_rng_state
 from agentrl.trainer.alarms import DeadSignalAlarms
-from agentrl.trainer.checkpoint import CheckpointManager
+from agentrl.trainer.checkpoint import CheckpointManager, rank_score
 from agentrl.trainer.dataset import StatefulLoader, build_datasets
 from agentrl.trainer.group_filter import Scored
 from agentrl.trainer.placement import Roles, start_roles
@@ -78,6 +79,7 @@ class PPOTrainer:
         self.global_step = 0
         self.roles: Roles | None = None
         self.sampler: StepSampler | None = None  # with the roles (init_workers)
+        self.deadline: float | None = None  # time.monotonic() at which fit() stops (time_budget_minutes)
 
     # --- the loop --------------------------------------------------------------------
 
@@ -85,6 +87,8 @@ class PPOTrainer:
         self.init_workers()
         self.resume()
         trainer = self.config.trainer
+        if trainer.time_budget_minutes is not None:
+            self.deadline = time.monotonic() + 60 * trainer.time_budget_minutes
         tracker = Tracker(
             trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name, asdict(self.config)
         )
@@ -109,7 +113,7 @@ class PPOTrainer:
                 ranked = validated and trainer.keep_best_by is not None
                 if self._due(trainer.save_freq) or self.finished(ahead) or ranked:
                     # A rollout in flight is not saved: a resumed run draws its prompts again.
-                    score = self.best_score(metrics) if ranked else None
+                    score = rank_score(metrics, trainer.keep_best_by) if ranked else None
                     self.save_checkpoint(ahead.loader_state if ahead is not None else None, score)
             progress.close()
         finally:
@@ -301,10 +305,13 @@ class PPOTrainer:
         )
 
     def finished(self, ahead: RolloutAhead | None = None) -> bool:
-        """Whether the run is over: ``total_steps`` trained, or ``total_epochs`` drawn and no
-        rollout still in flight (its prompts were drawn within the budget: a step to train)."""
+        """Whether the run is over: ``total_steps`` trained, ``trainer.time_budget_minutes`` spent,
+        or ``total_epochs`` drawn and no rollout still in flight (its prompts were drawn within
+        the budget: a step to train)."""
         if self.global_step >= self.config.trainer.total_steps:
             return True
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return True  # a rollout in flight is dropped: the checkpoint redraws its prompts
         return ahead is None and self.loader.epochs_completed >= self.config.trainer.total_epochs
 
     def dump(self, rollout: RolloutResult, batch: Batch) -> None:
@@ -327,14 +334,6 @@ class PPOTrainer:
         self.sampler = StepSampler(self.config, self.roles, self.tokenizer, self.loader, grouped)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
-
-    def best_score(self, metrics: dict[str, float]) -> float:
-        """This step's value of ``trainer.keep_best_by``, the rank of its checkpoint."""
-        key = self.config.trainer.keep_best_by
-        if key not in metrics:
-            found = sorted(k for k in metrics if k.startswith("val/"))
-            raise KeyError(f"trainer.keep_best_by='{key}' is not a validation metric; this run has {found}")
-        return metrics[key]
 
     def save_checkpoint(self, loader_state: dict | None = None, score: float | None = None) -> Path:
         """``loader_state``: where a resumed run draws prompts from (default: the loader now);

@@ -332,3 +332,5 @@ def test_dynamic_sampling_and_the_overlong_options_are_checked_by_key(model_dir)
         load_config("grpo", [*budget, "reward.overlong_penalty_factor=-1"])
     with pytest.raises(ConfigError, match=r"'trainer\.alarm_after_steps' must be >= 0"):
         load_config("grpo", [*budget, "trainer.alarm_after_steps=-2"])
+    with pytest.raises(ConfigError, match=r"'trainer\.time_budget_minutes' must be > 0 or null, got 0"):
+        load_config("grpo", [*budget, "trainer.time_budget_minutes=0"])
