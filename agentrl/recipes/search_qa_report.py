@@ -38,10 +38,12 @@ __all__ = [
     "archive_run",
     "main",
     "paired_gains",
+    "plot_by_time",
     "plot_curves",
     "render_results",
     "results_rows",
     "rl_timing",
+    "validation_by_time",
     "write_results",
 ]
 
@@ -61,7 +63,9 @@ SCORE_FIELDS = (
     "response_tokens",
     "truncated",
 )
-RL_RUNS = ("rl_full", "rl_lora")
+RL_RUNS = ("rl_full", "rl_lora", "rl_dyn")
+PAIRS = (("rl_full", "sft"), ("rl_lora", "sft"), ("rl_dyn", "sft"), ("rl_dyn", "rl_full"))
+PAIRS += (("rl_full", "rag-bm25"), ("sft", "rag-bm25"))
 
 
 def _records(cell_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -161,7 +165,7 @@ def render_results(out: Path) -> str:
 
     rows = results_rows(out)
     lines = [BEGIN, "", markdown_table(rows, ["dataset", "system"]) if rows else "(no cell evaluated yet)\n"]
-    for a, b in (("rl_full", "sft"), ("rl_lora", "sft"), ("rl_full", "rag-bm25"), ("sft", "rag-bm25")):
+    for a, b in PAIRS:
         if (out / "eval" / a).is_dir() and (out / "eval" / b).is_dir():
             gains = paired_gains(out, a, b)
             cells = ", ".join(
@@ -206,7 +210,7 @@ def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 3.6))
     left.plot(*metric_series(sft, "loss"), marker=".")
     left.set(title="SFT warm start", xlabel="optimiser step", ylabel="NLL of model tokens")
-    for (name, steps), color in zip(runs.items(), ("tab:blue", "tab:orange"), strict=True):
+    for (name, steps), color in zip(runs.items(), ("tab:blue", "tab:orange", "tab:green"), strict=True):
         x, reward = metric_series(steps, "reward/score/mean")
         if x:
             middle.plot(x, reward, color=color, alpha=0.25, linewidth=1)
@@ -221,6 +225,44 @@ def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
     for ax in (middle, right):
         if ax.lines and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def validation_by_time(steps: list[dict[str, Any]], metric: str) -> tuple[list[float], list[float]]:
+    """A run's validation ``metric`` against its cumulative step time in minutes (validation itself
+    excluded), so runs whose steps differ in length compare at equal training time."""
+    minutes, xs, ys = 0.0, [], []
+    for row in steps:
+        minutes += row.get("timing_s/step", 0.0) / 60
+        if metric in row:
+            xs.append(minutes)
+            ys.append(row[metric])
+    return xs, ys
+
+
+def plot_by_time(out: Path, path: Path, runs: Sequence[str] = ("rl_full", "rl_dyn")) -> Path | None:
+    """Validation EM and F1 of ``runs`` against training minutes, in one figure; None when no run
+    has a validation."""
+    logs = {name: read_jsonl(out / name / "metrics.jsonl") for name in runs}
+    if not any(validation_by_time(steps, "val/all/f1")[0] for steps in logs.values()):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for (name, steps), color in zip(logs.items(), ("tab:blue", "tab:green", "tab:orange"), strict=False):
+        for metric, style in (("val/all/f1", "-"), ("val/all/em", ":")):
+            x, y = validation_by_time(steps, metric)
+            ax.plot(x, y, color=color, linestyle=style, marker="o", label=f"{name}: {metric.split('/')[-1]}")
+    ax.set(title="GRPO validation (greedy) against training time", xlabel="training minutes (step time)")
+    ax.set(ylabel="EM / F1")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -272,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--archive", type=Path, help="merge the run's small files here, then render from it")
     parser.add_argument("--doc", type=Path, help="write the results block into this markdown file")
     parser.add_argument("--plot", type=Path, help="write the learning curves to this image")
+    parser.add_argument("--time-plot", type=Path, help="write the RL runs' validation by training time here")
     args = parser.parse_args(argv)
     source = args.run
     if args.archive is not None:
@@ -280,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     block = write_results(source, args.doc) if args.doc else render_results(source)
     if args.plot and plot_curves(source, args.plot):
         print(f"curves: {args.plot}")
+    if args.time_plot and plot_by_time(source, args.time_plot):
+        print(f"validation by training time: {args.time_plot}")
     if not args.doc:
         print(block)
     return 0

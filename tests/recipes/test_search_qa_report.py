@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl.recipes.search_qa_report import BEGIN, END, _rolling_mean, plot_curves, render_results
+from agentrl.recipes.search_qa_report import (
+    BEGIN,
+    END,
+    _rolling_mean,
+    plot_by_time,
+    plot_curves,
+    render_results,
+    validation_by_time,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "docs" / "results" / "search_qa"
@@ -23,3 +31,18 @@ def test_the_curves_are_drawn_from_the_archive(tmp_path):
 def test_the_rolling_mean_averages_the_last_window_values_and_fewer_at_the_start():
     assert _rolling_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
     assert _rolling_mean([2.0], 4) == [2.0]
+
+
+def test_validation_is_placed_at_the_training_minutes_spent_before_it():
+    steps = [
+        {"step": 0, "val/all/f1": 0.1},
+        {"step": 1, "timing_s/step": 60.0},
+        {"step": 2, "timing_s/step": 90.0, "val/all/f1": 0.2},
+        {"step": 3, "timing_s/step": 30.0},
+    ]
+    assert validation_by_time(steps, "val/all/f1") == ([0.0, 2.5], [0.1, 0.2])
+
+
+def test_the_runs_validation_by_time_is_drawn_from_the_archive(tmp_path):
+    path = plot_by_time(ARCHIVE, tmp_path / "by_time.png", runs=("rl_full", "rl_lora"))
+    assert path is not None and path.stat().st_size > 10_000
