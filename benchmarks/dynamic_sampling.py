@@ -10,7 +10,8 @@ each step draws; the other drops the groups whose samples tie and draws more pro
 (``algorithm.dynamic_sampling``). Printed and written to ``--json``: each run's validation
 curve against its cumulative step time (validation excluded: both pay it per validation, not
 per step), the steps and minutes to reach ``--target-em``, the EM at the budget, the tied-group
-share and rounds per step; the ratio of minutes-to-target baseline / dynamic. ``--plot`` draws
+share and rounds per step; both runs' EM at the training minutes the shorter one reached; the ratio of
+minutes-to-target baseline / dynamic. ``--plot`` draws
 both curves.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -72,8 +74,16 @@ def curve(metrics: list[dict[str, Any]]) -> list[dict[str, float]]:
     return points
 
 
+def em_at(points: list[dict[str, float]], minutes: float) -> float | None:
+    """The last validation EM at or before ``minutes`` of training."""
+    before = [p["em"] for p in points if p["minutes"] <= minutes]
+    return before[-1] if before else None
+
+
 def summary(metrics: list[dict[str, Any]], target: float) -> dict[str, Any]:
     steps = [row for row in metrics if "timing_s/step" in row]
+    if not steps:
+        raise SystemExit("a run logged no training step: raise --minutes")
     points = curve(metrics)
     reached = next((p for p in points if p["em"] >= target), None)
     mean = lambda key: sum(r.get(key, 0.0) for r in steps) / max(len(steps), 1)  # noqa: E731
@@ -100,6 +110,7 @@ def run_mode(qs: Path, out: Path, url: str, args: argparse.Namespace, mode: str)
     from agentrl.trainer.ppo_trainer import train_to_policy
 
     run_dir = out / mode
+    shutil.rmtree(run_dir, ignore_errors=True)  # the metrics log appends: one run per directory
     config = grpo_config(qs, run_dir, url, args.minutes, args.test_freq, args.seed, mode)
     try:
         train_to_policy(config)
@@ -158,10 +169,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|" + "---:|" * len(columns))
     for mode, figures in results.items():
         print(f"| {mode} | " + " | ".join(str(figures[c]) for c in columns) + " |")
+    # both at the training minutes the shorter run reached (validation time is not in them)
+    common = min(results[m]["train_minutes"] for m in MODES)
+    at_common = {m: em_at(results[m]["curve"], common) for m in MODES}
+    print(f"validation EM at {common} training minutes: {at_common}")
     base, dyn = results["baseline"]["minutes_to_target"], results["dynamic"]["minutes_to_target"]
     ratio = round(base / dyn, 2) if base and dyn else None
     print(f"minutes to target EM, baseline / dynamic: {ratio}  (None: a run did not reach it)")
     results["ratio_minutes_to_target"] = ratio  # type: ignore[assignment]
+    results["em_at_common_minutes"] = {"minutes": common, **at_common}  # type: ignore[assignment]
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     if args.plot:

@@ -5,7 +5,8 @@
 Phases, in order, run by the recipes' ``PhaseRunner`` (``agentrl.recipes.phases``); each writes
 ``OUT/phases/<name>.json`` when it ends, and a rerun skips the phases already written (delete a
 marker to redo that phase and, by hand, the ones after it). The sizes of a run are data:
-``profiles/search_qa/full.yaml`` and ``tiny.yaml`` beside this module, read into ``RecipeProfile``.
+``profiles/search_qa/full.yaml`` and ``tiny.yaml`` beside this module, read into
+``RecipeProfile`` (``search_qa_profile``).
 
 =========  ================================================================================
 split      held-out evaluation questions vs training / validation questions (``recipes.split``)
@@ -204,7 +205,7 @@ def phase_sft(demos: Path, model: Path, out: Path, profile: RecipeProfile, seed:
 def rl_config(
     profile: RecipeProfile, out: Path, name: str, model: Path, data: Mapping[str, Any] | None, url: str
 ) -> Any:
-    """The GRPO config of one RL phase (``rl_full`` or ``rl_lora``), checked in full. Without
+    """The GRPO config of one RL phase (``rl_full``, ``rl_lora`` or ``rl_dyn``), checked in full. Without
     ``data`` (the demos phase, before the RL files exist) it names no data files."""
     from agentrl.config import load_config
 

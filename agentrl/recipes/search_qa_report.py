@@ -211,7 +211,9 @@ def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
     left.plot(*metric_series(sft, "loss"), marker=".")
     left.set(title="SFT warm start", xlabel="optimiser step", ylabel="NLL of model tokens")
     for (name, steps), color in zip(runs.items(), ("tab:blue", "tab:orange", "tab:green"), strict=True):
-        x, reward = metric_series(steps, "reward/score/mean")
+        # the reward role's EM over every sample the step generated: under dynamic sampling the
+        # batch's reward/score/mean covers only the kept groups
+        x, reward = metric_series(steps, "reward/em")
         if x:
             middle.plot(x, reward, color=color, alpha=0.25, linewidth=1)
             middle.plot(x, _rolling_mean(reward, window), color=color, label=f"{name} ({window}-step mean)")

@@ -40,6 +40,7 @@ class DeadSignalAlarms:
         watch_tools: bool,
         watch_groups: bool,
         warn: Callable[[str], None] = tqdm.write,
+        dynamic_sampling: bool = False,
     ) -> None:
         if after_steps < 0:
             raise ValueError(f"after_steps must be >= 0 (0: off), got {after_steps}")
@@ -47,6 +48,11 @@ class DeadSignalAlarms:
         self.watch_tools = watch_tools
         self.watch_groups = watch_groups
         self.warn = warn
+        self.remedy = (
+            "raise algorithm.dynamic_sampling.max_rounds, or train on easier questions"
+            if dynamic_sampling
+            else "algorithm.dynamic_sampling.enable=true draws more prompts instead"
+        )
         self.no_tool_call_steps = 0
         self.constant_reward_steps = 0
         self.all_groups_tied_steps = 0
@@ -80,7 +86,7 @@ class DeadSignalAlarms:
                 self.warn(
                     f"warning: step {step}: every group's samples scored alike (signal/tied_group_share"
                     f" = 1, {self.all_groups_tied_steps} step(s) in a row): advantage 0, this update "
-                    "learned nothing; algorithm.dynamic_sampling.enable=true draws more prompts instead"
+                    f"learned nothing; {self.remedy}"
                 )
         return out
 

@@ -20,15 +20,15 @@ from pathlib import Path
 COMPLETE_MARKER = "COMPLETE"
 
 
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
 def rank_score(metrics: dict[str, float], key: str) -> float:
     """A step's value of ``trainer.keep_best_by`` (``key``), the rank of its checkpoint."""
     if key not in metrics:
         found = sorted(k for k in metrics if k.startswith("val/"))
         raise KeyError(f"trainer.keep_best_by='{key}' is not a validation metric; this run has {found}")
     return metrics[key]
-
-
-_STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
 class CheckpointManager:

@@ -32,8 +32,9 @@ __all__ = [
     "tied_share",
 ]
 
-# scores closer than this count as equal: rule scores are exact, a reward model's are not
-TIE_TOLERANCE = 1e-6
+# a group ties when its scores are exactly equal: what the group estimators give advantage 0
+# (``core.advantages``); a reward model's nearly equal scores still carry a (small) signal
+TIE_TOLERANCE = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _tied(scores: torch.Tensor, rows: list[int]) -> bool:
 
 
 def tied_share(group_ids: Sequence[str], scores: torch.Tensor) -> float:
-    """The share of groups whose scores all tie (max − min ≤ ``TIE_TOLERANCE``)."""
+    """The share of groups whose scores all tie (max − min = ``TIE_TOLERANCE``, i.e. equal)."""
     groups = group_rows(group_ids)
     if not groups:
         return 0.0
@@ -86,9 +87,12 @@ def tied_share(group_ids: Sequence[str], scores: torch.Tensor) -> float:
 
 def signal_metrics(group_ids: Sequence[str], scores: torch.Tensor, grouped: bool) -> dict[str, float]:
     """What a step's scores say about its learning signal, over every sample it generated (before
-    any filtering): ``signal/score_spread`` (max − min score) and, for a group estimator
-    (``grouped``), ``signal/tied_group_share``. The dead-signal alarms read both."""
-    metrics = {"signal/score_spread": float(scores.max() - scores.min()) if len(scores) else 0.0}
+    any filtering): ``signal/score_mean``, ``signal/score_spread`` (max − min score) and, for a
+    group estimator (``grouped``), ``signal/tied_group_share``. The dead-signal alarms read them."""
+    metrics = {
+        "signal/score_mean": float(scores.mean()) if len(scores) else 0.0,
+        "signal/score_spread": float(scores.max() - scores.min()) if len(scores) else 0.0,
+    }
     if grouped:
         metrics["signal/tied_group_share"] = tied_share(group_ids, scores)
     return metrics
@@ -158,13 +162,14 @@ def fill_groups(
 
 
 def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
-    """The rounds' rollouts as one: metrics recomputed over every trajectory, the tool-busy
-    seconds summed (the rounds ran one after another)."""
+    """The rounds' rollouts as one: metrics recomputed over every trajectory; the seconds each
+    round spent (tool-busy time, the per-rank figures such as an engine's weight sync) summed,
+    since the rounds ran one after another (across ranks, at once, they merge by maximum)."""
     if len(parts) == 1:
         return parts[0]
     merged = RolloutResult.merge(parts)
-    busy = "rollout/tool_busy_s"
-    merged.metrics[busy] = sum(part.metrics.get(busy, 0.0) for part in parts)
+    for name in ("rollout/tool_busy_s", *merged.per_rank):
+        merged.metrics[name] = sum(part.metrics.get(name, 0.0) for part in parts)
     return merged
 
 

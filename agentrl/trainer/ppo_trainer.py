@@ -8,7 +8,6 @@ and ``fit()`` assigns them, so nothing a stage computes waits on ``self`` for a 
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from agentrl.trainer.placement import Roles, start_roles
 from agentrl.trainer.rollout_ahead import RolloutAhead
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
 from agentrl.trainer.step_sampler import StepSampler
+from agentrl.trainer.time_budget import TimeBudget
 from agentrl.trainer.tool_check import check_tools
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.base import RunContext
@@ -75,11 +75,12 @@ class PPOTrainer:
             config.trainer.alarm_after_steps,
             watch_tools=bool(self.context.tool_names),
             watch_groups=self.estimator.needs_groups,
+            dynamic_sampling=algo.dynamic_sampling.enable,
         )
         self.global_step = 0
         self.roles: Roles | None = None
         self.sampler: StepSampler | None = None  # with the roles (init_workers)
-        self.deadline: float | None = None  # time.monotonic() at which fit() stops (time_budget_minutes)
+        self.budget = TimeBudget(config.trainer.time_budget_minutes)  # fit()'s time, across resumes
 
     # --- the loop --------------------------------------------------------------------
 
@@ -87,8 +88,7 @@ class PPOTrainer:
         self.init_workers()
         self.resume()
         trainer = self.config.trainer
-        if trainer.time_budget_minutes is not None:
-            self.deadline = time.monotonic() + 60 * trainer.time_budget_minutes
+        self.budget.start()
         tracker = Tracker(
             trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name, asdict(self.config)
         )
@@ -98,7 +98,8 @@ class PPOTrainer:
             if trainer.val_before_train and self.val_data is not None and self.global_step == 0:
                 tracker.log(self.validate(), step=0)
             progress = tqdm(total=trainer.total_steps, initial=self.global_step, desc="training", unit="step")
-            while not self.finished(ahead):
+            done = self.finished(ahead)
+            while not done:
                 if trainer.one_step_off_policy:
                     metrics, ahead = self.off_policy_step(ahead)
                 else:
@@ -111,8 +112,8 @@ class PPOTrainer:
                 tracker.log(metrics, self.global_step)
                 progress.update(1)
                 ranked = validated and trainer.keep_best_by is not None
-                if self._due(trainer.save_freq) or self.finished(ahead) or ranked:
-                    # A rollout in flight is not saved: a resumed run draws its prompts again.
+                done = self.finished(ahead)  # once: the step that ends the run is the one saved
+                if self._due(trainer.save_freq) or done or ranked:  # not a rollout in flight: redrawn
                     score = rank_score(metrics, trainer.keep_best_by) if ranked else None
                     self.save_checkpoint(ahead.loader_state if ahead is not None else None, score)
             progress.close()
@@ -305,12 +306,11 @@ class PPOTrainer:
         )
 
     def finished(self, ahead: RolloutAhead | None = None) -> bool:
-        """Whether the run is over: ``total_steps`` trained, ``trainer.time_budget_minutes`` spent,
-        or ``total_epochs`` drawn and no rollout still in flight (its prompts were drawn within
-        the budget: a step to train)."""
+        """Whether the run is over: ``total_steps`` trained, its time budget spent, or ``total_epochs``
+        drawn and no rollout in flight (its prompts were drawn within the budget: a step to train)."""
         if self.global_step >= self.config.trainer.total_steps:
             return True
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self.budget.over():
             return True  # a rollout in flight is dropped: the checkpoint redraws its prompts
         return ahead is None and self.loader.epochs_completed >= self.config.trainer.total_epochs
 
@@ -348,6 +348,7 @@ class PPOTrainer:
                 "loader": loader_state if loader_state is not None else self.loader.state_dict(),
                 "kl_ctrl": self.kl_ctrl.state_dict(),
                 "rng": rng_state(),
+                "train_seconds": self.budget.spent_s(),
             },
             partial / "trainer_state.pt",
         )
@@ -368,6 +369,7 @@ class PPOTrainer:
         self.loader.load_state_dict(state["loader"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         set_rng_state(state["rng"])
+        self.budget.spent_before = state.get("train_seconds", 0.0)  # absent in checkpoints before it
         self.roles.actor.run_all("load_checkpoint", str(path))
         if self.use_critic:
             self.roles.critic.run_all("load_checkpoint", str(path))

@@ -7,6 +7,7 @@ the step's signal metrics (``group_filter.signal_metrics``) cover every sample g
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tqdm import tqdm
@@ -29,10 +30,17 @@ class StepSampler:
     """Rollouts of a step's prompts on the actor group, scored on the reward group."""
 
     def __init__(
-        self, config: ExperimentConfig, roles: Roles, tokenizer: Any, loader: StatefulLoader, grouped: bool
+        self,
+        config: ExperimentConfig,
+        roles: Roles,
+        tokenizer: Any,
+        loader: StatefulLoader,
+        grouped: bool,
+        warn: Callable[[str], None] = tqdm.write,
     ) -> None:
         self.config, self.roles, self.tokenizer, self.loader = config, roles, tokenizer, loader
         self.grouped = grouped  # a group estimator: the tied-group share means something
+        self.warn = warn
 
     def sample(self, prompts: list, step: int, timer: StepTimer) -> tuple[Scored, dict[str, float]]:
         """The scored rollout of ``prompts`` for (0-based) step ``step``; with dynamic sampling, more
@@ -50,7 +58,7 @@ class StepSampler:
         kept, metrics = fill_groups(first, draw, self.collate, target, sampling.max_rounds)
         padded = int(metrics["dynamic_sampling/padded_groups"])
         if padded:
-            tqdm.write(
+            self.warn(
                 f"step {step + 1}: {target - padded} informative groups in {sampling.max_rounds} rounds "
                 f"(algorithm.dynamic_sampling.max_rounds); {padded} tied groups fill the batch"
             )
@@ -90,7 +98,9 @@ class StepSampler:
         return Scored(rollout, batch, reward_metrics)
 
     def signal(self, scored: Scored) -> dict[str, float]:
+        """The signal metrics of one scored rollout (``group_filter.signal_metrics``)."""
         return signal_metrics(scored.group_ids, scored.scores, grouped=self.grouped)
 
     def collate(self, trajectories: list) -> Batch:
+        """Trajectories padded into a ``Batch`` with this run's tokenizer (``agent.collate``)."""
         return collate(trajectories, pad_token_id=self.tokenizer.pad_token_id, tokenizer=self.tokenizer)

@@ -81,3 +81,10 @@ def test_alarms_off_return_nothing():
     assert _run(alarms, [{"rollout/tool_calls": 0.0, "signal/tied_group_share": 1.0}]) == [{}]
     with pytest.raises(ValueError, match="after_steps"):
         DeadSignalAlarms(-1, True, True)
+
+
+def test_with_dynamic_sampling_on_the_all_tied_warning_suggests_more_rounds_instead():
+    warnings: list[str] = []
+    alarms = DeadSignalAlarms(5, True, True, warn=warnings.append, dynamic_sampling=True)
+    alarms.observe(1, {"signal/tied_group_share": 1.0})
+    assert "max_rounds" in warnings[0] and "enable=true" not in warnings[0]

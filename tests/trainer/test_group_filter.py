@@ -49,9 +49,9 @@ class Rounds:
                 scores.append(float(self.signal(p) and k == 0))
         batch = _collate(trajectories)
         batch["scores"] = torch.tensor(scores)
-        return Scored(
-            RolloutResult(trajectories, {"rollout/tool_calls": 1.0}), batch, {"reward/em": sum(scores)}
-        )
+        metrics = {"rollout/tool_calls": 1.0, "rollout/tool_busy_s": 2.0, "engine/sync_s": 0.5}
+        rollout = RolloutResult(trajectories, metrics, per_rank=("engine/sync_s",))
+        return Scored(rollout, batch, {"reward/em": sum(scores)})
 
     def draw(self, round_index: int) -> Scored:
         return self.scored(self.loader.next_batch())
@@ -64,9 +64,10 @@ def _prompts_of(scored: Scored) -> list[int]:
     return [t.prompt.prompt_ids[0] - 1 for t in scored.rollout.trajectories[::N]]
 
 
-def test_tied_share_counts_groups_whose_scores_all_tie():
-    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5 + 1e-9])
-    assert tied_share(["a", "a", "b", "b", "c", "c"], scores) == pytest.approx(2 / 3)
+def test_tied_share_counts_groups_whose_scores_are_exactly_equal_as_the_estimators_do():
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5 + 1e-6, 0.25, 0.25])
+    # a nearly equal pair (a reward model's) still has a non-zero GRPO advantage: not tied
+    assert tied_share(["a", "a", "b", "b", "c", "c", "d", "d"], scores) == pytest.approx(2 / 4)
 
 
 def test_select_keeps_the_first_informative_groups_in_draw_order_and_drops_the_tied():
@@ -99,6 +100,11 @@ def test_tied_groups_are_dropped_and_refilled_until_the_batch_holds_the_target()
         metrics["dynamic_sampling/informative_groups"] == 3 and metrics["dynamic_sampling/padded_groups"] == 0
     )
     assert kept.reward_metrics == {"reward/em": pytest.approx(1.0)}  # each round's mean, weighted by rows
+    # rollout metrics recomputed over all 18 trajectories; the rounds' seconds summed
+    assert (
+        kept.rollout.metrics["rollout/num_turns"] == 0.0 and kept.rollout.metrics["rollout/tool_calls"] == 0.0
+    )
+    assert kept.rollout.metrics["rollout/tool_busy_s"] == 6.0 and kept.rollout.metrics["engine/sync_s"] == 1.5
 
 
 def test_a_step_stops_after_max_rounds_and_fills_with_tied_groups_saying_how_many():
@@ -116,7 +122,7 @@ def test_a_first_round_with_enough_signal_draws_nothing_more_and_discards_the_ex
     rounds = Rounds(StatefulLoader(list(range(30)), batch_size=3, shuffle=False, seed=0), lambda p: True)
     kept, metrics = rounds.step(target=3, max_rounds=4)
     assert rounds.drawn == [0, 1, 2] and metrics["dynamic_sampling/rounds"] == 1
-    assert kept.rollout.metrics == {"rollout/tool_calls": 1.0}  # one round: its own metrics
+    assert kept.rollout.metrics["rollout/tool_calls"] == 1.0  # one round: its own metrics, as they were
 
 
 def test_a_resumed_run_consumes_the_same_prompts_as_an_uninterrupted_one():
@@ -141,7 +147,9 @@ def test_a_resumed_run_consumes_the_same_prompts_as_an_uninterrupted_one():
 def test_signal_metrics_are_over_every_sample_and_tie_only_for_group_estimators():
     scores = torch.tensor([0.0, 0.0, 1.0, 0.0])
     assert signal_metrics(["a", "a", "b", "b"], scores, grouped=True) == {
+        "signal/score_mean": 0.25,
         "signal/score_spread": 1.0,
         "signal/tied_group_share": 0.5,
     }
-    assert signal_metrics(["a", "b", "c", "d"], scores, grouped=False) == {"signal/score_spread": 1.0}
+    ungrouped = signal_metrics(["a", "b", "c", "d"], scores, grouped=False)
+    assert ungrouped == {"signal/score_mean": 0.25, "signal/score_spread": 1.0}

@@ -7,7 +7,6 @@ that records which methods the driver asked for.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -119,12 +118,3 @@ def test_the_driver_decides_the_pi_old_source_once_and_its_stages_follow_it(tiny
         assert metrics["rollout/logprob_diff"] == pytest.approx(float(gap))
         assert "kl/mean" in metrics
     assert metrics["rollout/logprob_diff"] > 0.1, "random engine log-probs are far from the policy's"
-
-
-def test_a_time_budget_ends_the_run_after_the_step_that_spends_it(tiny_model_dir, tmp_path):
-    trainer = grpo_trainer(tiny_model_dir, tmp_path, skip_old_log_prob=True)
-    assert trainer.deadline is None and not trainer.finished()  # no budget: only the step counts
-    trainer.deadline = time.monotonic() + 60
-    assert not trainer.finished()
-    trainer.deadline = time.monotonic() - 1e-3
-    assert trainer.finished(), "past its deadline the run is over, whatever total_steps says"
