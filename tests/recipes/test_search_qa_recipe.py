@@ -78,7 +78,7 @@ def test_rl_trains_on_the_pool_the_warm_start_was_sampled_on(run):
 def test_rl_dyn_trains_on_every_answerable_question_with_dynamic_sampling(run):
     out, done = run
     config = (out / "rl_dyn" / "config.yaml").read_text()
-    assert "rl_train.parquet" in config and "rl_train_pool.parquet" not in config
+    assert "rl_train_answerable.parquet" in config and "rl_train_pool.parquet" not in config
     steps = [m for m in records(out / "rl_dyn" / "metrics.jsonl") if "timing_s/step" in m]
     assert len(steps) == 2
     for m in steps:  # each step drew its rounds and kept exactly the configured number of groups
