@@ -3,6 +3,9 @@ on a run that learns."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from agentrl.trainer.alarms import DeadSignalAlarms
@@ -88,3 +91,18 @@ def test_with_dynamic_sampling_on_the_all_tied_warning_suggests_more_rounds_inst
     alarms = DeadSignalAlarms(5, True, True, warn=warnings.append, dynamic_sampling=True)
     alarms.observe(1, {"signal/tied_group_share": 1.0})
     assert "max_rounds" in warnings[0] and "enable=true" not in warnings[0]
+
+
+QUICKSTART_METRICS = Path(__file__).resolve().parents[2] / "docs" / "results" / "quickstart" / "metrics.jsonl"
+
+
+def test_the_quickstarts_own_run_stays_quiet():
+    # the PPO log of `make quickstart` (archived with docs/quickstart.md): replayed, and as logged
+    steps = [json.loads(line) for line in QUICKSTART_METRICS.read_text().splitlines()]
+    steps = [row for row in steps if "timing_s/step" in row]
+    assert len(steps) == 40
+    alarms, warnings = _alarms(after=5, groups=False)  # PPO (gae): no groups
+    out = _run(alarms, steps)
+    assert warnings == [] and max(o["alarms/no_tool_call_steps"] for o in out) == 0
+    assert max(o["alarms/constant_reward_steps"] for o in out) == 0
+    assert all(row["alarms/no_tool_call_steps"] == row["alarms/constant_reward_steps"] == 0 for row in steps)
