@@ -82,6 +82,12 @@ def _group_stats(
     return count[group], total[group], squared_deviation[group], tied
 
 
+def group_ties(scores: torch.Tensor, group_ids: torch.Tensor | list) -> torch.Tensor:
+    """Per sample, whether its group's scores all tie: min_g s = max_g s, the groups every group
+    estimator gives A = 0 (dynamic sampling drops them by this same rule)."""
+    return _group_stats(scores, _group_index(group_ids))[3]
+
+
 def _broadcast_over_tokens(per_sequence: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(
         mask.bool(),

@@ -19,10 +19,10 @@ import torch
 
 from agentrl.agent.generation import RolloutResult
 from agentrl.agent.trajectory import Trajectory
+from agentrl.core.advantages import group_ties
 from agentrl.core.batch import Batch
 
 __all__ = [
-    "TIE_TOLERANCE",
     "Scored",
     "Selection",
     "fill_groups",
@@ -31,10 +31,6 @@ __all__ = [
     "signal_metrics",
     "tied_share",
 ]
-
-# a group ties when its scores are exactly equal: what the group estimators give advantage 0
-# (``core.advantages``); a reward model's nearly equal scores still carry a (small) signal
-TIE_TOLERANCE = 0.0
 
 
 @dataclass(frozen=True)
@@ -72,17 +68,19 @@ def group_rows(group_ids: Sequence[str]) -> dict[str, list[int]]:
     return rows
 
 
-def _tied(scores: torch.Tensor, rows: list[int]) -> bool:
-    values = scores[rows]
-    return float(values.max() - values.min()) <= TIE_TOLERANCE
+def _tied_groups(group_ids: Sequence[str], scores: torch.Tensor) -> dict[str, tuple[list[int], bool]]:
+    """Each group's rows and whether its scores all tie (``core.advantages.group_ties``: the
+    estimators' own rule), groups in draw order."""
+    ties = group_ties(scores, list(group_ids))
+    return {gid: (rows, bool(ties[rows[0]])) for gid, rows in group_rows(group_ids).items()}
 
 
 def tied_share(group_ids: Sequence[str], scores: torch.Tensor) -> float:
-    """The share of groups whose scores all tie (max − min = ``TIE_TOLERANCE``, i.e. equal)."""
-    groups = group_rows(group_ids)
+    """The share of groups whose scores all tie (exactly equal: advantage 0)."""
+    groups = _tied_groups(group_ids, scores)
     if not groups:
         return 0.0
-    return sum(_tied(scores, rows) for rows in groups.values()) / len(groups)
+    return sum(tied for _, tied in groups.values()) / len(groups)
 
 
 def signal_metrics(group_ids: Sequence[str], scores: torch.Tensor, grouped: bool) -> dict[str, float]:
@@ -102,13 +100,13 @@ def select_groups(group_ids: Sequence[str], scores: torch.Tensor, target: int) -
     """The first ``target`` informative groups in draw order; tied groups (also in draw order)
     fill what is missing. Fewer than ``target`` groups in all is an error: a round always draws
     ``target`` prompts."""
-    groups = group_rows(group_ids)
+    groups = _tied_groups(group_ids, scores)
     if len(groups) < target:
         raise ValueError(f"{len(groups)} groups drawn, fewer than the {target} a step trains on")
-    informative = [rows for rows in groups.values() if not _tied(scores, rows)][:target]
-    tied = [rows for rows in groups.values() if _tied(scores, rows)][: target - len(informative)]
+    informative = [rows for rows, tied in groups.values() if not tied][:target]
+    tied = [rows for rows, tied in groups.values() if tied][: target - len(informative)]
     chosen = {rows[0] for rows in informative + tied}  # keep the draw order across both kinds
-    rows = [i for members in groups.values() if members[0] in chosen for i in members]
+    rows = [i for members, _ in groups.values() if members[0] in chosen for i in members]
     return Selection(rows, informative=len(informative), padded=len(tied))
 
 
@@ -137,8 +135,10 @@ def fill_groups(
     ``Scored`` has the kept trajectories, the rollout metrics of everything generated
     (``RolloutResult.merge``), and the reward metrics averaged over every scored row."""
     rounds = [first]
-    while len(rounds) < max_rounds and _informative_groups(rounds) < target:
+    found = _informative_groups(first)
+    while len(rounds) < max_rounds and found < target:
         rounds.append(draw(len(rounds)))
+        found += _informative_groups(rounds[-1])
     trajectories = [t for part in rounds for t in part.rollout.trajectories]
     scores = torch.cat([part.scores for part in rounds])
     group_ids = [t.group_id for t in trajectories]
@@ -173,7 +173,5 @@ def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
     return merged
 
 
-def _informative_groups(rounds: Sequence[Scored]) -> int:
-    return sum(
-        not _tied(part.scores, rows) for part in rounds for rows in group_rows(part.group_ids).values()
-    )
+def _informative_groups(part: Scored) -> int:
+    return sum(not tied for _, tied in _tied_groups(part.group_ids, part.scores).values())

@@ -15,6 +15,7 @@ from agentrl.core.advantages import (
     compute_reinforce_pp_advantages,
     compute_rloo_advantages,
     get_advantage_estimator,
+    group_ties,
     place_score_on_last_token,
 )
 
@@ -204,3 +205,12 @@ def test_registry_dispatches_and_names_requirements():
         get_advantage_estimator("gae").fn(AdvantageInputs(rewards, mask))
     with pytest.raises(KeyError, match="expected one of"):
         get_advantage_estimator("ppo2")
+
+
+def test_the_tied_groups_are_exactly_those_grpo_gives_zero_advantage():
+    scores = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.5, 0.5 + 1e-6, 0.25, 0.25, 0.25])
+    ids = ["a", "a", "b", "b", "c", "c", "d", "d", "d"]
+    ties = group_ties(scores, ids)
+    assert ties.tolist() == [True, True, False, False, False, False, True, True, True]
+    advantages, _ = compute_grpo_advantages(scores, torch.ones(9, 1), ids)
+    assert ((advantages[:, 0] == 0) == ties).all()
