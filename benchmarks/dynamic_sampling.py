@@ -66,12 +66,13 @@ def grpo_config(
 
 def curve(metrics: list[dict[str, Any]]) -> list[dict[str, float]]:
     """(step, cumulative step minutes, validation EM) at each validation."""
-    points, minutes = [], 0.0
-    for row in metrics:
-        minutes += row.get("timing_s/step", 0.0) / 60
-        if "val/all/em" in row:
-            points.append({"step": row["step"], "minutes": round(minutes, 3), "em": row["val/all/em"]})
-    return points
+    from agentrl.recipes.curves import metric_series, minutes_series
+
+    steps, em = metric_series(metrics, "val/all/em")
+    minutes, _ = minutes_series(metrics, "val/all/em")
+    return [
+        {"step": int(s), "minutes": round(m, 3), "em": e} for s, m, e in zip(steps, minutes, em, strict=True)
+    ]
 
 
 def em_at(points: list[dict[str, float]], minutes: float) -> float | None:

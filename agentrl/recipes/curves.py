@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["metric_series", "read_jsonl"]
+__all__ = ["metric_series", "minutes_series", "read_jsonl"]
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -31,3 +31,16 @@ def metric_series(metrics: Sequence[Mapping[str, Any]], key: str) -> tuple[list[
     """``(steps, values)`` of metric ``key`` over the records that logged it as a number."""
     rows = [(m["step"], m[key]) for m in metrics if key in m and isinstance(m[key], (int, float))]
     return [float(s) for s, _ in rows], [float(v) for _, v in rows]
+
+
+def minutes_series(metrics: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """``(training minutes, values)`` of metric ``key``: each value placed at the sum of the
+    ``timing_s/step`` logged up to its record (validation time excluded), so runs whose steps
+    differ in length compare at equal training time."""
+    minutes, xs, ys = 0.0, [], []
+    for row in metrics:
+        minutes += row.get("timing_s/step", 0.0) / 60
+        if key in row:
+            xs.append(minutes)
+            ys.append(row[key])
+    return xs, ys

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.recipes.curves import metric_series, read_jsonl
+from agentrl.recipes.curves import metric_series, minutes_series, read_jsonl
 from agentrl.recipes.search_qa_eval import CELLS, DATASETS
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
     "render_results",
     "results_rows",
     "rl_timing",
-    "validation_by_time",
     "write_results",
 ]
 
@@ -227,30 +226,14 @@ def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
     for ax in (middle, right):
         if ax.lines and ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def validation_by_time(steps: list[dict[str, Any]], metric: str) -> tuple[list[float], list[float]]:
-    """A run's validation ``metric`` against its cumulative step time in minutes (validation itself
-    excluded), so runs whose steps differ in length compare at equal training time."""
-    minutes, xs, ys = 0.0, [], []
-    for row in steps:
-        minutes += row.get("timing_s/step", 0.0) / 60
-        if metric in row:
-            xs.append(minutes)
-            ys.append(row[metric])
-    return xs, ys
+    return _save(fig, path)
 
 
 def plot_by_time(out: Path, path: Path, runs: Sequence[str] = ("rl_full", "rl_dyn")) -> Path | None:
     """Validation EM and F1 of ``runs`` against training minutes, in one figure; None when no run
     has a validation."""
     logs = {name: read_jsonl(out / name / "metrics.jsonl") for name in runs}
-    if not any(validation_by_time(steps, "val/all/f1")[0] for steps in logs.values()):
+    if not any(minutes_series(steps, "val/all/f1")[0] for steps in logs.values()):
         return None
     import matplotlib
 
@@ -260,11 +243,18 @@ def plot_by_time(out: Path, path: Path, runs: Sequence[str] = ("rl_full", "rl_dy
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for (name, steps), color in zip(logs.items(), ("tab:blue", "tab:green", "tab:orange"), strict=False):
         for metric, style in (("val/all/f1", "-"), ("val/all/em", ":")):
-            x, y = validation_by_time(steps, metric)
+            x, y = minutes_series(steps, metric)
             ax.plot(x, y, color=color, linestyle=style, marker="o", label=f"{name}: {metric.split('/')[-1]}")
     ax.set(title="GRPO validation (greedy) against training time", xlabel="training minutes (step time)")
     ax.set(ylabel="EM / F1")
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Write a report figure to ``path`` (its folder made) and release it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

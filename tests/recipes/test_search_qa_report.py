@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl.recipes.curves import minutes_series
 from agentrl.recipes.search_qa_report import (
     BEGIN,
     END,
@@ -11,7 +12,6 @@ from agentrl.recipes.search_qa_report import (
     plot_by_time,
     plot_curves,
     render_results,
-    validation_by_time,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def test_validation_is_placed_at_the_training_minutes_spent_before_it():
         {"step": 2, "timing_s/step": 90.0, "val/all/f1": 0.2},
         {"step": 3, "timing_s/step": 30.0},
     ]
-    assert validation_by_time(steps, "val/all/f1") == ([0.0, 2.5], [0.1, 0.2])
+    assert minutes_series(steps, "val/all/f1") == ([0.0, 2.5], [0.1, 0.2])
 
 
 def test_the_runs_validation_by_time_is_drawn_from_the_archive(tmp_path):
