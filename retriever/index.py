@@ -1,7 +1,8 @@
 """The index directory layout and opening a backend from it.
 
-    DIR/manifest.json   corpus fingerprint, passage count, which backends are built
-    DIR/docs.arrow      the document store (row -> {"id","contents"}), shared by all backends
+    DIR/manifest.json   corpus fingerprint, passage count, the document store's kind, the backends built
+    DIR/docs.arrow      the document store (row -> {"id","contents"}), shared by all backends, or
+    DIR/corpus_offsets.npy  line offsets into the user's own corpus jsonl (attach_index: no copy)
     DIR/dense/          FAISS index + encoder config            (build_index --backend dense)
     DIR/bm25/           bm25s index + tokenizer config          (build_index --backend bm25)
     pyserini            a path to an existing Lucene index      (build_index --backend pyserini)
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retriever.base import SearchBackend
-from retriever.corpus import DocStore
+from retriever.corpus import DocStore, DocStoreLike
 
 MANIFEST_FILE = "manifest.json"
 BACKEND_CHOICES = ("auto", "dense", "bm25", "hybrid", "pyserini")
+DOCSTORE_KINDS = ("arrow", "jsonl")
 
 
 def read_manifest(index_dir: str | Path) -> dict:
@@ -41,7 +43,7 @@ class BackendOptions:
     """Serve-time knobs that are not baked into the index."""
 
     model_path: str | None = None  # override the dense encoder's saved model_path
-    ef_search: int = 128
+    ef_search: int | None = None  # HNSW efSearch; None = as recorded, else 128
     use_gpu: str = "auto"  # auto | yes | no (dense flat index, faiss-gpu)
     bm25_threads: int = 0
     rrf_k: float = 60.0
@@ -49,6 +51,26 @@ class BackendOptions:
     rerank_model: str | None = None
     rerank_depth: int = 20
     rerank_batch_size: int = 32
+    index_load: str = "mmap"  # mmap | ram: how the dense FAISS file is opened (retriever.faiss_io)
+    dense_index: str = "base"  # "base", or the name of a compressed index (retriever.compress_index)
+    nprobe: int | None = None  # IVF lists searched; None = what compress_index recorded
+
+
+def open_docstore(index_dir: str | Path, manifest: dict | None = None) -> DocStoreLike:
+    """The index directory's document store, of the kind its manifest records.
+
+    Index directories written before the manifest named a kind hold ``docs.arrow``.
+    """
+    manifest = read_manifest(index_dir) if manifest is None else manifest
+    spec = manifest.get("docstore", {"kind": "arrow"})
+    kind = spec.get("kind")
+    if kind == "arrow":
+        return DocStore(index_dir)
+    if kind == "jsonl":
+        from retriever.jsonl_store import OFFSETS_FILE, JsonlDocStore
+
+        return JsonlDocStore(spec["corpus"], Path(index_dir) / spec.get("offsets", OFFSETS_FILE))
+    raise ValueError(f"manifest.docstore.kind: expected one of {DOCSTORE_KINDS}, got {kind!r}")
 
 
 def resolve_backend_name(index_dir: str | Path, backend: str) -> str:
@@ -87,16 +109,20 @@ def open_backend(
 
         result = PyseriniBackend(manifest["backends"]["pyserini"]["lucene_index"])
     else:
-        docstore = DocStore(index_dir)
+        docstore = open_docstore(index_dir, manifest)
         if name in ("dense", "hybrid"):
             from retriever.dense import DenseBackend
 
             dense = DenseBackend(
                 index_dir,
                 docstore,
+                manifest["backends"]["dense"],
                 model_path=opts.model_path,
                 ef_search=opts.ef_search,
                 use_gpu=opts.use_gpu,
+                index_load=opts.index_load,
+                dense_index=opts.dense_index,
+                nprobe=opts.nprobe,
             )
         if name in ("bm25", "hybrid"):
             from retriever.bm25 import BM25Backend
