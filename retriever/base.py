@@ -2,6 +2,12 @@
 
 Backends are synchronous and batched on purpose: the server calls them from a worker
 thread with a whole micro-batch of queries, so one call = one encode + one index search.
+
+A backend may declare ``inline_ok = True`` when a query costs well under a millisecond of
+Python (BM25): the server then runs its batches on the event loop itself, as the hop to the
+worker thread and back (a future, a wake-up of the loop, the GIL changing hands) would cost
+more than the search.  Absent means False: dense (an encoder forward pass of milliseconds),
+hybrid and reranked backends (they contain one) and pyserini (a JVM call) leave it unset.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ class Hit:
 
 @runtime_checkable
 class SearchBackend(Protocol):
-    """A batched retriever: ``search(queries, k)[i]`` is the top-``k`` of ``queries[i]``, best first."""
+    """A batched retriever: ``search(queries, k)[i]`` is the top-``k`` of ``queries[i]``, best first.
+
+    Optional attribute (not part of the structural check): ``inline_ok: bool`` (see above).
+    """
 
     name: str
 

@@ -85,7 +85,8 @@ class BatchStats:
 
 
 class MicroBatcher:
-    """Coalesces queued queries into batched backend calls run in a single worker thread.
+    """Coalesces queued queries into batched backend calls run in a single worker thread
+    (or, with ``inline``, on the event loop itself: for backends cheaper than the hop).
 
     Adaptive wait: the batcher estimates the client concurrency as the peak number of pending
     queries over the last few batch cycles.  Without this, 64 clients split into cohorts that
@@ -103,8 +104,10 @@ class MicroBatcher:
         wait_s: float,
         max_pending: int,
         executor: ThreadPoolExecutor,
+        inline: bool = False,
     ) -> None:
         self._search = search
+        self._inline = inline  # search on the event loop: the backend says it is cheap (base.py)
         self._max_batch = max_batch
         self._wait_s = wait_s
         self._max_pending = max_pending
@@ -160,7 +163,10 @@ class MicroBatcher:
             self._peak = self.pending
             t0 = loop.time()
             try:
-                results = await loop.run_in_executor(self._executor, self._search, unique, k)
+                if self._inline:
+                    results = self._search(unique, k)
+                else:
+                    results = await loop.run_in_executor(self._executor, self._search, unique, k)
                 self._last_batch_s = loop.time() - t0
                 by_query = dict(zip(unique, results, strict=True))
                 for job in batch:

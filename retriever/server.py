@@ -39,6 +39,14 @@ from typing import Any
 
 from aiohttp import web
 
+try:  # ~7x faster than json.dumps on a /retrieve answer (3 passages: 2 µs against 15)
+    from orjson import dumps as _dumps
+except ImportError:  # pragma: no cover - orjson is a dependency; stay correct without it
+
+    def _dumps(obj: Any) -> bytes:
+        return json.dumps(obj, ensure_ascii=False).encode()
+
+
 from retriever.base import Hit, SearchBackend
 from retriever.batching import LRUCache, MicroBatcher, QueueFullError
 from retriever.config import ServerConfig
@@ -103,6 +111,7 @@ class RetrieverService:
             self.config.batch_wait_ms / 1000,
             self.config.max_pending,
             self.executor,
+            inline=bool(getattr(backend, "inline_ok", False)),
         )
         self._tasks.append(asyncio.create_task(self.batcher.run(), name="retriever-batcher"))
         self.status = "ready"
@@ -182,7 +191,9 @@ class RetrieverService:
             payload = [[{"document": h.as_document(), "score": h.score} for h in hits] for hits in results]
         else:
             payload = [[h.as_document() for h in hits] for hits in results]
-        return web.json_response({"result": payload})
+        return web.Response(
+            body=_dumps({"result": payload}), content_type="application/json", charset="utf-8"
+        )
 
     async def open_page(self, request: web.Request) -> web.Response:
         try:
@@ -254,9 +265,10 @@ def create_app(service: RetrieverService) -> web.Application:
     cfg = service.config
     item = cfg.max_query_chars * 4 + 16  # a query, an id or a title, UTF-8 and JSON-escaped (+ a window)
     client_max = 64 * 1024 + max(cfg.max_queries_per_request, cfg.max_pages_per_request) * (item + 64)
-    app = web.Application(
-        client_max_size=client_max, middlewares=[_access_log_middleware(), _json_errors_middleware]
-    )
+    # The access log's middleware only where there is an access log: it is a coroutine layer,
+    # clocks and a log-level check on every request.
+    logged = [_access_log_middleware()] if cfg.access_log is not None else []
+    app = web.Application(client_max_size=client_max, middlewares=[*logged, _json_errors_middleware])
     app.router.add_post("/retrieve", service.retrieve)
     app.router.add_post("/open_page", service.open_page)
     app.router.add_get("/health", service.health)
