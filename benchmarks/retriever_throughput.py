@@ -1,35 +1,57 @@
-"""Retriever server throughput and latency vs. the backend called in-process.
+"""Retriever server throughput and latency, side by side with a baseline commit's server.
 
     python benchmarks/retriever_throughput.py --index indexes/wiki_mini [--backends bm25 dense]
+        [--baseline-ref 063a5cf] [--new-server-args "..."] [--baseline-server-args "..."]
+        [--clients 1 16 64] [--rounds 2] [--scale F]
 
-For each backend: (a) in-process, one query per call; (b) in-process, batches of 64 (the
-physical limit of batching); then a real server subprocess driven by 1, 16 and 64 concurrent
-clients (``RetrieverClient``), each request carrying one query.  Queries are real NQ
-questions, all distinct, and the server cache is off, so every query costs a real search.
-Figures are printed, not asserted: they depend on the machine and on whatever else runs.
-Targets (dense, 64 clients): >= 70% of in-process batched QPS and >= 4x one-at-a-time QPS.
+For each backend: (a) in-process, one query per call, and (b) in-process, batches of 64 (the
+physical limit of batching), each measured for the working tree and for the baseline ref in
+their own subprocess; then two real server subprocesses on the same index -- the working
+tree's ("new") and the one of ``--baseline-ref`` ("baseline", extracted with ``git archive``
+into a temporary directory and run with the same interpreter) -- driven by 1, 16 and 64
+concurrent clients (``RetrieverClient``), each request carrying one query.  At every client
+level the two servers are measured alternately (baseline, new, baseline, new, ... ``--rounds``
+times each) so drift on the machine hits both alike; the table gives each run's q/s, their
+mean, the latencies over all runs, and the ratio new / baseline.  ``server CPU`` and
+``bench CPU`` are the CPU milliseconds per request of the server process and of this load
+generator (they share the machine's cores: when the generator's share is large, the
+servers' own CPU per request is the honest comparison).  ``--baseline-ref ''`` measures the
+working tree's server alone.
+
+Queries are real NQ questions, all distinct, and the server cache is off, so every query
+costs a real search.  Figures are printed, not asserted: they depend on the machine and on
+whatever else runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
-import socket
+import shlex
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+
+from retriever_servers import REPO, checkout_ref, cpu_s, env_for, health, start_server, stop_server
 
 from agentrl.agent.tools.search_client import RetrieverClient
 from retriever.evaluation import load_questions
-from retriever.index import open_backend
 
-REPO = Path(__file__).resolve().parents[1]
+__all__ = ["start_server"]  # page_reader_load.py starts its server through this module
+
 TOPK = 3
+DEFAULT_BASELINE = "063a5cf"  # the server before issue #30's BM25 work ("today's server")
+PLANS = {  # backend -> (in-process single, in-process batched, requests per server run at 1/16/64 clients)
+    "bm25": (500, 2048, {1: 500, 16: 2000, 64: 3000}),
+    "dense": (150, 1024, {1: 150, 16: 600, 64: 1200}),
+}
+IN_PROCESS = "IN_PROCESS "  # the line the in-process subprocess reports its figures on
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -38,6 +60,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def in_process(backend_name: str, index: Path, queries: list[str], n_single: int, n_batched: int) -> dict:
+    from retriever.index import open_backend
+
     backend = open_backend(index, backend_name)
     backend.search(queries[:8], TOPK)  # warm-up (thread pools, first-touch of mmapped pages)
     t0 = time.perf_counter()
@@ -49,6 +73,15 @@ def in_process(backend_name: str, index: Path, queries: list[str], n_single: int
         backend.search(queries[start : start + 64], TOPK)
     batched = n_batched / (time.perf_counter() - t0)
     return {"single_qps": single, "batched64_qps": batched}
+
+
+def in_process_at(root: Path, args: argparse.Namespace, backend: str, n_single: int, n_batched: int) -> dict:
+    """:func:`in_process` in a subprocess whose ``retriever`` is ``root``'s (its own memory, threads)."""
+    cmd = [sys.executable, __file__, "--in-process-only", backend, "--index", args.index, "--data", args.data]
+    cmd += ["--in-process-n", str(n_single), str(n_batched)]
+    out = subprocess.run(cmd, env=env_for(root), cwd=root, stdout=subprocess.PIPE, text=True, check=True)
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith(IN_PROCESS))
+    return json.loads(line[len(IN_PROCESS) :])
 
 
 async def drive(url: str, queries: list[str], concurrency: int, n_requests: int) -> dict:
@@ -73,94 +106,133 @@ async def drive(url: str, queries: list[str], concurrency: int, n_requests: int)
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - t0
     await client.close()
+    return {"qps": n_requests / wall, "latencies": latencies, "errors": errors}
+
+
+def measure(runner, server: tuple[subprocess.Popen, str], queries: list[str], conc: int, n: int) -> dict:
+    """One run of ``n`` requests at ``conc`` clients, with the server's and this process's CPU time."""
+    proc, url = server
+    srv0, own0 = cpu_s(proc.pid), cpu_s()
+    r = runner(drive(url, queries, conc, n))
+    r["server_cpu_ms"] = 1000 * (cpu_s(proc.pid) - srv0) / n
+    r["bench_cpu_ms"] = 1000 * (cpu_s() - own0) / n
+    r["mean_batch"] = health(url)["batching"]["mean_recent_size"]
+    return r
+
+
+def summarize(runs: list[dict]) -> dict:
+    lat = [x for r in runs for x in r["latencies"]]
     return {
-        "qps": n_requests / wall,
-        "p50_ms": 1000 * statistics.median(latencies),
-        "p99_ms": 1000 * _pct(latencies, 0.99),
-        "errors": errors,
+        "runs": [r["qps"] for r in runs],
+        "qps": statistics.mean(r["qps"] for r in runs),
+        "p50_ms": 1000 * statistics.median(lat),
+        "p99_ms": 1000 * _pct(lat, 0.99),
+        "errors": sum(r["errors"] for r in runs),
+        "mean_batch": statistics.mean(r["mean_batch"] for r in runs),
+        "server_cpu_ms": statistics.mean(r["server_cpu_ms"] for r in runs),
+        "bench_cpu_ms": statistics.mean(r["bench_cpu_ms"] for r in runs),
     }
 
 
-def start_server(index: Path, backend: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "retriever.server",
-        "--index",
-        str(index),
-        "--backend",
-        backend,
-        "--port",
-        str(port),
-        "--cache-size",
-        "0",
-        "--access-log",
-        "off",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if json.loads(r.read())["ready"]:
-                    return proc, url
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server did not become ready")
+HEADER = (
+    "| clients | server | requests/run | q/s per run | q/s | p50 ms | p99 ms | errors | mean batch "
+    "| server CPU ms/req | bench CPU ms/req | vs in-process batched | new / baseline |"
+)
 
 
-def main() -> int:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+def row(conc: int, side: str, n: int, s: dict, batched_qps: float, ratio: str) -> str:
+    runs = ", ".join(f"{q:.0f}" for q in s["runs"])
+    return (
+        f"| {conc} | {side} | {n} | {runs} | {s['qps']:.1f} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | "
+        f"{s['errors']} | {s['mean_batch']:.1f} | {s['server_cpu_ms']:.3f} | {s['bench_cpu_ms']:.3f} | "
+        f"{s['qps'] / batched_qps:.0%} | {ratio} |"
+    )
+
+
+def bench_backend(name: str, args: argparse.Namespace, queries: list[str], baseline: Path | None) -> None:
+    single_n, batched_n, levels = PLANS.get(name, PLANS["dense"])
+    s = args.scale
+    roots = {"baseline": baseline, "new": REPO} if baseline else {"new": REPO}
+    extra = {"baseline": shlex.split(args.baseline_server_args), "new": shlex.split(args.new_server_args)}
+    print(f"\n## {name}\n")
+    base = {}
+    for side, root in roots.items():
+        base[side] = in_process_at(root, args, name, int(single_n * s), int(batched_n * s))
+        print(
+            f"in-process ({side:8s}): one query per call {base[side]['single_qps']:8.1f} q/s, "
+            f"batches of 64 {base[side]['batched64_qps']:8.1f} q/s",
+            flush=True,
+        )
+    runner = _event_loop_runner()
+    servers = {}
+    try:
+        for side, root in roots.items():
+            servers[side] = start_server(Path(args.index), name, extra[side], root)
+        for side in servers:  # untimed warm-up: connections, first touch of the mmapped index
+            runner(drive(servers[side][1], queries, 8, 200))
+        print("\n" + HEADER + "\n|" + "---|" * (HEADER.count("|") - 1))
+        for conc in args.clients:
+            n = int(levels.get(conc, max(levels.values())) * s)
+            runs: dict[str, list[dict]] = {side: [] for side in servers}
+            for _ in range(args.rounds):
+                for side in servers:  # alternate, baseline first
+                    runs[side].append(measure(runner, servers[side], queries, conc, n))
+            summary = {side: summarize(r) for side, r in runs.items()}
+            for side in servers:
+                ratio = ""
+                if side == "new" and "baseline" in summary:
+                    ratio = f"**{summary['new']['qps'] / summary['baseline']['qps']:.2f}×**"
+                print(row(conc, side, n, summary[side], base[side]["batched64_qps"], ratio), flush=True)
+    finally:
+        for proc, _ in servers.values():
+            stop_server(proc)
+
+
+def _event_loop_runner():
+    try:
+        import uvloop
+
+        return uvloop.run
+    except ImportError:
+        return asyncio.run
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
     p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
     p.add_argument("--backends", nargs="+", default=["bm25", "dense"])
     p.add_argument("--scale", type=float, default=1.0, help="multiply the request counts")
-    args = p.parse_args()
-    index = Path(args.index)
-    queries = [q["question"] for q in load_questions(Path(args.data) / "nq" / "test.jsonl")]
-    plans = {  # backend -> (single, batched, {concurrency: requests})
-        "bm25": (500, 2048, {1: 500, 16: 2000, 64: 3000}),
-        "dense": (150, 1024, {1: 150, 16: 600, 64: 1200}),
-    }
-    try:
-        import uvloop
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64], help="client levels")
+    p.add_argument("--rounds", type=int, default=2, help="runs per server at each level, alternating")
+    p.add_argument(
+        "--baseline-ref",
+        default=DEFAULT_BASELINE,
+        help="the commit whose server is the baseline ('' = measure the working tree's server alone)",
+    )
+    p.add_argument("--new-server-args", default="", help="extra flags for the working tree's server")
+    p.add_argument("--baseline-server-args", default="", help="extra flags for the baseline's server")
+    p.add_argument("--in-process-only", metavar="BACKEND", help=argparse.SUPPRESS)
+    p.add_argument("--in-process-n", type=int, nargs=2, default=[0, 0], help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rounds < 1 or args.scale <= 0 or min(args.clients) < 1:
+        p.error("--rounds and --clients: expected integers >= 1; --scale: expected > 0")
+    return args
 
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
-    for name in args.backends:
-        single_n, batched_n, levels = plans.get(name, plans["dense"])
-        s = args.scale
-        base = in_process(name, index, queries, int(single_n * s), int(batched_n * s))
-        print(f"\n## {name}\n")
-        print(f"in-process one query per call : {base['single_qps']:8.1f} q/s")
-        print(f"in-process batches of 64      : {base['batched64_qps']:8.1f} q/s")
-        print(
-            "\n| clients | requests | q/s | p50 ms | p99 ms | errors | mean batch "
-            "| vs batched | vs one-at-a-time |"
-        )
-        print("|---|---|---|---|---|---|---|---|---|")
-        proc, url = start_server(index, name)
-        try:
-            for conc, n in levels.items():
-                r = runner(drive(url, queries, conc, int(n * s)))
-                with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-                    r["mean_batch"] = json.loads(resp.read())["batching"]["mean_recent_size"]
-                print(
-                    f"| {conc} | {int(n * s)} | {r['qps']:.1f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-                    f"{r['errors']} | {r['mean_batch']} | {r['qps'] / base['batched64_qps']:.0%} | "
-                    f"{r['qps'] / base['single_qps']:.1f}x |",
-                    flush=True,
-                )
-        finally:
-            proc.terminate()
-            proc.wait(30)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = parse_args(argv)
+    queries = [q["question"] for q in load_questions(Path(args.data) / "nq" / "test.jsonl")]
+    if args.in_process_only:
+        figures = in_process(args.in_process_only, Path(args.index), queries, *args.in_process_n)
+        print(IN_PROCESS + json.dumps(figures), flush=True)
+        return 0
+    with checkout_ref(args.baseline_ref) if args.baseline_ref else contextlib.nullcontext() as baseline:
+        if baseline:
+            print(f"baseline: {args.baseline_ref} extracted to {baseline}; new: the working tree {REPO}")
+        for name in args.backends:
+            bench_backend(name, args, queries, baseline)
     return 0
 
 
