@@ -9,9 +9,12 @@ memory-mapped flat file in chunks: no encoder, no re-embedding.  Training uses a
 same queries, recall@k (the share of the flat top-k that the compressed top-k also returns)
 for each value of the search knob (IVF ``nprobe``, HNSW ``efSearch``), with the query latency
 of each, and records the smallest knob value that reaches ``--target-recall`` with the index's
-bytes per passage in the manifest.  Queries: ``--queries FILE`` (jsonl with a ``question``
-field, or plain lines) encoded by the index's own encoder; without it, stored vectors of held-out
-rows, each searched with its own row removed from both answers.
+bytes per passage in the manifest.  With ``--rerank-depth R`` the sweep is measured again with
+the top R candidates re-scored exactly from the memory-mapped flat file (``exact_rerank``), and
+the server does the same: the compressed index stays in memory, the flat file on disk.
+Queries: ``--queries FILE`` (jsonl with a ``question`` field, or plain lines) encoded by
+the index's own encoder; without it, stored vectors of held-out rows, each searched with its
+own row removed from both answers.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from retriever.dense import BASE_INDEX, DENSE_SUBDIR, dense_index_file
+from retriever.exact_rerank import exact_rerank
 from retriever.faiss_io import read_faiss_index, set_search_params
 from retriever.index import read_manifest, write_manifest
 
@@ -78,9 +82,20 @@ def recall_at_k(truth: np.ndarray, found: np.ndarray) -> float:
     return float(np.mean([len(set(t) & set(f)) / k for t, f in zip(truth, found, strict=True)]))
 
 
-def _search(index: faiss.Index, queries: np.ndarray, k: int, exclude: np.ndarray | None) -> np.ndarray:
-    """Top-k rows, with each query's own row removed first when the queries are stored vectors."""
-    rows = index.search(queries, k + (exclude is not None))[1]
+def _search(
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    exclude: np.ndarray | None,
+    flat: faiss.Index | None = None,
+    depth: int = 0,
+) -> np.ndarray:
+    """Top-k rows, with each query's own row removed first when the queries are stored vectors;
+    with ``depth`` the top ``depth`` candidates are re-scored exactly against ``flat`` first."""
+    want = k + (exclude is not None)
+    rows = index.search(queries, max(want, depth))[1]
+    if depth:
+        rows = exact_rerank(flat, queries, rows, want)[1]
     if exclude is None:
         return rows
     return np.stack([[r for r in row if r != own][:k] for row, own in zip(rows, exclude, strict=True)])
@@ -93,8 +108,10 @@ def evaluate(
     k: int,
     exclude: np.ndarray | None = None,
     single: int = 100,
+    rerank_depth: int = 0,
 ) -> list[dict]:
-    """Recall@k against the exact search of ``base`` and latency, for each value of the knob."""
+    """Recall@k against the exact search of ``base`` and latency, for each value of the knob
+    (each search re-scoring its top ``rerank_depth`` candidates exactly when that is > 0)."""
     truth = _search(base, queries, k, exclude)
     knob, values = sweep_knob(compressed)
     rows = []
@@ -104,16 +121,17 @@ def evaluate(
         elif knob == "efSearch":
             set_search_params(compressed, ef_search=value)
         t0 = time.perf_counter()
-        found = _search(compressed, queries, k, exclude)
+        found = _search(compressed, queries, k, exclude, base, rerank_depth)
         batched = time.perf_counter() - t0
         t0 = time.perf_counter()
         for q in queries[:single]:
-            compressed.search(q[None, :], k)
+            _search(compressed, q[None, :], k, None, base, rerank_depth)
         one = (time.perf_counter() - t0) / min(single, len(queries))
         rows.append(
             {
                 "knob": knob,
                 "value": value,
+                "rerank_depth": rerank_depth,
                 f"recall@{k}": round(recall_at_k(truth, found), 4),
                 "ms_per_query_single": round(1000 * one, 3),
                 "qps_batched": round(len(queries) / batched, 1),
@@ -166,7 +184,9 @@ def compress(args: argparse.Namespace) -> dict:
         exclude = sample_rows(base.ntotal, args.eval_queries, args.seed + 1)
         queries = read_rows(base, exclude)
     rows = evaluate(index, base, queries, args.k, exclude)
-    chosen = pick(rows, args.k, args.target_recall)
+    depth = args.rerank_depth
+    reranked = evaluate(index, base, queries, args.k, exclude, rerank_depth=depth) if depth else []
+    chosen = pick(reranked if args.rerank_depth else rows, args.k, args.target_recall)
     size, base_size = path.stat().st_size, base_path.stat().st_size
     entry = {
         "file": path.name,
@@ -179,7 +199,9 @@ def compress(args: argparse.Namespace) -> dict:
         "queries": args.queries or f"{len(queries)} stored vectors (own row excluded)",
         f"recall@{args.k}": chosen[f"recall@{args.k}"],
         "search_params": {"nprobe": chosen["value"]} if chosen["knob"] == "nprobe" else {},
+        "rerank_depth": args.rerank_depth,
         "sweep": rows,
+        "sweep_reranked": reranked,
     }
     if chosen["knob"] == "efSearch":
         entry["search_params"] = {"ef_search": chosen["value"]}
@@ -203,6 +225,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-queries", type=int, default=500)
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--target-recall", type=float, default=0.95)
+    p.add_argument(
+        "--rerank-depth",
+        type=int,
+        default=0,
+        help="re-score this many candidates with the mapped flat file's exact vectors (0: off)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     return p.parse_args(argv)
@@ -219,9 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     k = args.k
     print(f"| search knob | recall@{k} | ms/query | q/s (batch) |")
     print("|---|---|---|---|")
-    for row in entry["sweep"]:
+    for row in entry["sweep"] + entry["sweep_reranked"]:
+        rerank = f", re-rank {row['rerank_depth']}" if row["rerank_depth"] else ""
         print(
-            f"| {row['knob']}={row['value']} | {row[f'recall@{k}']:.4f} | "
+            f"| {row['knob']}={row['value']}{rerank} | {row[f'recall@{k}']:.4f} | "
             f"{row['ms_per_query_single']:.2f} | {row['qps_batched']:.0f} |"
         )
     print(

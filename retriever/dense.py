@@ -13,12 +13,14 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
 
 from retriever.base import Hit
 from retriever.corpus import DocStoreLike, Passage, contents_in_chunks
+from retriever.exact_rerank import exact_rerank
 from retriever.faiss_io import read_faiss_index, set_search_params
 
 log = logging.getLogger(__name__)
@@ -177,7 +179,8 @@ def dense_index_file(index_dir: str | Path, meta: dict, name: str = BASE_INDEX) 
             f"expected one of {[BASE_INDEX, *sorted(compressed)]}"
         )
     entry = compressed[name]
-    return Path(index_dir) / DENSE_SUBDIR / entry["file"], dict(entry.get("search_params", {}))
+    params = dict(entry.get("search_params", {}), rerank_depth=entry.get("rerank_depth", 0))
+    return Path(index_dir) / DENSE_SUBDIR / entry["file"], params
 
 
 class DenseBackend:
@@ -197,13 +200,15 @@ class DenseBackend:
         index_load: str = "mmap",
         dense_index: str = BASE_INDEX,
         nprobe: int | None = None,
+        make_encoder: Callable[[EncoderConfig, str], Any] | None = None,
     ) -> None:
         enc_cfg = EncoderConfig(**meta["encoder"])
         if model_path is not None:  # the index may have been built on another machine / path
             enc_cfg.model_path = model_path
         if device is None:
             device = "cuda" if faiss.get_num_gpus() > 0 and use_gpu != "no" else "cpu"
-        self.encoder = DenseEncoder(enc_cfg, device=device)
+        # make_encoder: another query encoder (retriever.onnx_encoder); passages stay DenseEncoder's
+        self.encoder = (make_encoder or DenseEncoder)(enc_cfg, device)
         if self.encoder.dim != meta["dim"]:
             raise ValueError(f"model_path: encoder dim {self.encoder.dim} != index dim {meta['dim']}")
         path, params = dense_index_file(index_dir, meta, dense_index)
@@ -212,6 +217,9 @@ class DenseBackend:
         ef = ef_search or params.get("ef_search") or DEFAULT_EF_SEARCH
         set_search_params(index, nprobe=nprobe or params.get("nprobe"), ef_search=ef)
         self.index, self.on_gpu = _maybe_to_gpu(index, use_gpu)
+        self.rerank_depth = int(params.get("rerank_depth", 0))
+        # re-scoring reads candidates' exact vectors from the flat file, mapped, never loaded
+        self.flat = read_faiss_index(dense_index_file(index_dir, meta)[0]) if self.rerank_depth else None
         self.docstore = docstore
         if self.index.ntotal != len(docstore):
             raise ValueError(
@@ -228,7 +236,12 @@ class DenseBackend:
         if not queries:
             return []
         k = min(k, len(self))
-        scores, rows = self.index.search(self.encoder.encode_queries(queries), k)
+        vectors = self.encoder.encode_queries(queries)
+        if self.flat is not None:
+            candidates = self.index.search(vectors, max(k, self.rerank_depth))[1]
+            scores, rows = exact_rerank(self.flat, vectors, candidates, k)
+        else:
+            scores, rows = self.index.search(vectors, k)
         out: list[list[Hit]] = []
         for srow, rrow in zip(scores, rows, strict=True):
             hits = []

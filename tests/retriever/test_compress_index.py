@@ -11,6 +11,7 @@ import pytest
 
 from retriever.compress_index import evaluate, pick, recall_at_k, train_and_fill
 from retriever.compress_index import main as compress_main
+from retriever.exact_rerank import exact_rerank
 from retriever.index import BackendOptions, open_backend, read_manifest, write_manifest
 
 
@@ -100,3 +101,43 @@ def test_the_server_backend_serves_a_compressed_index_by_name(tmp_path):
     assert len(hits) == 3 and all(h.doc_id.startswith("d") for h in hits)
     forced = open_backend(out, "dense", BackendOptions(dense_index="ivf", nprobe=8))
     assert faiss.extract_index_ivf(forced.index).nprobe == 8
+
+
+def test_exact_reranking_turns_a_coarse_pq_ranking_back_into_the_flat_one():
+    base = _flat(n=3000, d=32, spread=1.0)
+    pq = train_and_fill(base, "IVF8,PQ4", train_size=3000, seed=0, quiet=True)
+    queries = base.reconstruct_n(0, 40)
+    plain = {r["value"]: r["recall@5"] for r in evaluate(pq, base, queries, 5, np.arange(40), single=2)}
+    reranked = evaluate(pq, base, queries, 5, np.arange(40), single=2, rerank_depth=200)
+    by_probe = {r["value"]: r["recall@5"] for r in reranked}
+    assert plain[8] < 0.9  # 4 bytes a vector scramble the order...
+    assert by_probe[8] > plain[8] and by_probe[8] >= 0.95  # ...which exact scores of 200 candidates restore
+    assert all(r["rerank_depth"] == 200 for r in reranked)
+
+
+def test_exact_rerank_of_every_row_is_the_flat_search_and_pads_missing_candidates():
+    base = _flat(n=500, d=16)
+    queries = base.reconstruct_n(10, 4) + 0.01
+    want_s, want_i = base.search(queries, 5)
+    candidates = np.tile(np.arange(499, -1, -1), (4, 1))
+    scores, rows = exact_rerank(base, queries, candidates, 5)
+    assert (rows == want_i).all() and np.allclose(scores, want_s, atol=1e-5)
+    few = np.array([[3, -1, 7, -1, -1, -1]] * 4)
+    scores, rows = exact_rerank(base, queries, few, 3)
+    assert (rows[:, 2] == -1).all() and np.isneginf(scores[:, 2]).all()
+    assert set(rows[0, :2]) == {3, 7}
+
+
+def test_the_server_backend_reranks_a_compressed_index_when_it_was_recorded_so(tmp_path):
+    base = _flat(n=2000, d=384, spread=1.0)
+    out = _index_dir(tmp_path, base)
+    argv = ["--index", str(out), "--factory", "IVF8,PQ8", "--name", "pq", "--quiet", "--eval-queries", "50"]
+    assert compress_main([*argv, "--train-size", "2000", "--rerank-depth", "2000"]) == 0
+    entry = read_manifest(out)["backends"]["dense"]["compressed"]["pq"]
+    assert entry["rerank_depth"] == 2000 and entry["sweep_reranked"]
+    reranked = open_backend(out, "dense", BackendOptions(dense_index="pq", nprobe=8))
+    flat = open_backend(out, "dense")
+    assert reranked.flat is not None and flat.flat is None
+    questions = ["a question", "another question about rivers", "who wrote it"]
+    for a, b in zip(reranked.search(questions, 5), flat.search(questions, 5), strict=True):
+        assert [h.doc_id for h in a] == [h.doc_id for h in b]  # every row re-scored: the flat answer
