@@ -54,6 +54,8 @@ class BackendOptions:
     index_load: str = "mmap"  # mmap | ram: how the dense FAISS file is opened (retriever.faiss_io)
     dense_index: str = "base"  # "base", or the name of a compressed index (retriever.compress_index)
     nprobe: int | None = None  # IVF lists searched; None = what compress_index recorded
+    query_encoder: str = "transformers"  # | onnx-int8 | onnx-fp32 (retriever.onnx_encoder)
+    encoder_threads: int = 0  # ONNX Runtime intra-op threads; 0 = its default (all cores)
 
 
 def open_docstore(index_dir: str | Path, manifest: dict | None = None) -> DocStoreLike:
@@ -112,6 +114,7 @@ def open_backend(
         docstore = open_docstore(index_dir, manifest)
         if name in ("dense", "hybrid"):
             from retriever.dense import DenseBackend
+            from retriever.onnx_encoder import query_encoder_factory
 
             dense = DenseBackend(
                 index_dir,
@@ -123,6 +126,7 @@ def open_backend(
                 index_load=opts.index_load,
                 dense_index=opts.dense_index,
                 nprobe=opts.nprobe,
+                make_encoder=query_encoder_factory(opts.query_encoder, index_dir, opts.encoder_threads),
             )
         if name in ("bm25", "hybrid"):
             from retriever.bm25 import BM25Backend

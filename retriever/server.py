@@ -363,6 +363,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--hybrid-depth", type=int, default=50, help="candidates per backend before fusion")
     g.add_argument("--rerank-model", default=None, help="local cross-encoder dir; enables reranking")
     g.add_argument("--rerank-depth", type=int, default=20)
+    g.add_argument("--query-encoder", choices=["transformers", "onnx-int8", "onnx-fp32"])  # onnx_encoder
     return p.parse_args(argv)
 
 
@@ -389,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hybrid_depth=args.hybrid_depth,
         rerank_model=args.rerank_model,
         rerank_depth=args.rerank_depth,
+        query_encoder=args.query_encoder or "transformers",
     )
     index_dir = str(Path(args.index).resolve())
     has_docstore = (Path(index_dir) / DOCSTORE_FILE).is_file()  # a pyserini index has none
