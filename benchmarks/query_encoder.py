@@ -1,0 +1,132 @@
+"""Query encoding speed and NQ recall: transformers fp32 (the reference) vs ONNX Runtime fp32 and int8.
+
+    flock /tmp/helpers/cpu.lock python benchmarks/query_encoder.py --index /tmp/idx/wiki_mini \\
+        [--data ../shared/data] [--threads 2] [--rounds 3] [--limit N]
+
+Needs a built dense index (python -m retriever.build_index --backend dense); its passages stay
+encoded by transformers fp32, only the query encoder changes.  Each encoder is opened the way
+the server opens it (open_backend with BackendOptions.query_encoder); the first onnx start
+exports and quantises into INDEX/dense/onnx (timed and printed).  Speed: queries/s of
+encode_queries on real NQ test questions at batch 1 and batch 64, the median of --rounds
+interleaved rounds, with the ratio to transformers fp32 from the same run.  Recall: NQ test
+R@1/R@5 over the whole index (same FAISS search), plus how often each encoder's top-1 and
+top-5 agree with the reference's.  The row "onnx-int8, one run per batch" is the int8 encoder
+without its length-sorted runs of 16 (the whole batch padded to its longest query, as the
+transformers path does), to show what each part of the speed-up buys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from retriever.evaluation import first_hit_rank, load_questions, recall_at_k
+from retriever.index import BackendOptions, open_backend
+
+REPO = Path(__file__).resolve().parents[1]
+ENCODERS = ("transformers", "onnx-fp32", "onnx-int8")
+BATCHES = {1: 200, 64: 1024}  # batch size -> queries encoded per round
+
+
+def queries_per_second(encoder, questions: list[str], batch: int) -> float:
+    t0 = time.perf_counter()
+    for start in range(0, len(questions), batch):
+        encoder.encode_queries(questions[start : start + batch])
+    return len(questions) / (time.perf_counter() - t0)
+
+
+def speed(encoders: dict, questions: list[str], rounds: int) -> dict[tuple[str, int], float]:
+    """Median queries/s per (encoder, batch); rounds interleave the encoders so load drifts evenly."""
+    samples: dict[tuple[str, int], list[float]] = {}
+    for encoder in encoders.values():  # warm-up: first calls allocate and pick kernels
+        encoder.encode_queries(questions[:64])
+    for _ in range(rounds):
+        for batch, count in BATCHES.items():
+            for name, encoder in encoders.items():
+                qps = queries_per_second(encoder, questions[:count], batch)
+                samples.setdefault((name, batch), []).append(qps)
+    return {key: statistics.median(vals) for key, vals in samples.items()}
+
+
+def retrieval(backend, questions: list[dict], k: int = 5) -> list[list]:
+    out = []
+    for start in range(0, len(questions), 256):
+        out += backend.search([q["question"] for q in questions[start : start + 256]], k)
+    return out
+
+
+def agreement(results: list[list], reference: list[list]) -> tuple[float, float]:
+    """Share of questions with the same top-1 passage, and the mean top-k overlap."""
+    same_top1 = sum(1 for a, b in zip(results, reference, strict=True) if a[0].doc_id == b[0].doc_id)
+    overlap = [
+        len({h.doc_id for h in a} & {h.doc_id for h in b}) / len(b)
+        for a, b in zip(results, reference, strict=True)
+    ]
+    return same_top1 / len(reference), sum(overlap) / len(overlap)
+
+
+def print_table(qps: dict, results: dict, nq: list[dict], names: list[str]) -> None:
+    """One markdown row per encoder: speed and its ratio to transformers, recall and agreement."""
+    recalls = {
+        name: recall_at_k(
+            [first_hit_rank(h, q["golden_answers"]) for h, q in zip(r, nq, strict=True)], (1, 5)
+        )
+        for name, r in results.items()
+    }
+    head = "| query encoder | q/s batch 1 | x | q/s batch 64 | x | NQ R@1 | NQ R@5 | ΔR@5 | same top-1 |"
+    print(head + " top-5 overlap |\n" + "|---" * 10 + "|")
+    for name in names:
+        b1, b64 = qps[(name, 1)], qps[(name, 64)]
+        row = f"| {name} | {b1:.0f} | {b1 / qps[('transformers', 1)]:.2f} "
+        row += f"| {b64:.0f} | {b64 / qps[('transformers', 64)]:.2f} "
+        if name in results:
+            same1, over5 = agreement(results[name], results["transformers"])
+            r, base = recalls[name], recalls["transformers"][5]
+            row += f"| {r[1]:.3f} | {r[5]:.3f} | {r[5] - base:+.3f} | {same1:.3f} | {over5:.3f} |"
+        else:
+            row += "|" + " |" * 5
+        print(row)
+
+
+def main() -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
+    p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--threads", type=int, default=2, help="torch and ONNX Runtime intra-op threads")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--limit", type=int, default=None, help="seeded sample of N questions (quick look)")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # the export's timing
+    import torch
+
+    torch.set_num_threads(args.threads)
+    nq = load_questions(Path(args.data) / "nq" / "test.jsonl", sample=args.limit)
+    texts = [q["question"] for q in nq]
+    backends = {}
+    for name in ENCODERS:
+        t0 = time.perf_counter()
+        opts = BackendOptions(query_encoder=name, encoder_threads=args.threads, use_gpu="no")
+        backends[name] = open_backend(args.index, "dense", opts)
+        print(f"opened {name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    encoders = {name: b.encoder for name, b in backends.items()}
+    encoders["onnx-int8, one run per batch"] = copy.copy(encoders["onnx-int8"])
+    encoders["onnx-int8, one run per batch"].rows_per_run = max(BATCHES)
+    qps = speed(encoders, texts, args.rounds)
+    results = {name: retrieval(b, nq) for name, b in backends.items()}
+    print(
+        f"\n{len(nq)} NQ test questions, {len(backends['transformers'])} passages, "
+        f"{args.threads} threads, median of {args.rounds} rounds\n"
+    )
+    print_table(qps, results, nq, list(encoders))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
