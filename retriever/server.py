@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency; stay correct w
         return json.dumps(obj, ensure_ascii=False).encode()
 
 
+from retriever import server_args
 from retriever.base import Hit, SearchBackend
 from retriever.batching import LRUCache, MicroBatcher, QueueFullError
 from retriever.config import ServerConfig
@@ -204,7 +205,12 @@ class RetrieverService:
         if self.status != "ready":
             return self._unavailable(f"index not ready (status: {self.status})")
         if self.pages is None:
-            return _error(501, "path", "this server has no page index (a pyserini index, or --no-pages)")
+            return _error(
+                501,
+                "path",
+                "this server has no page index (a pyserini index, a corpus attached as jsonl "
+                "without --docstore arrow, or --no-pages)",
+            )
         result = [self.pages.open(it.id, it.title, it.offset, it.length) for it in items]
         return web.json_response({"result": result})
 
@@ -314,62 +320,13 @@ async def serve(service: RetrieverService) -> int:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    from retriever.index import BACKEND_CHOICES
-
-    defaults = ServerConfig()
-    p = argparse.ArgumentParser(
-        prog="python -m retriever.server",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--index", required=True, help="index directory built by retriever.build_index")
-    p.add_argument(
-        "--backend",
-        default="auto",
-        choices=BACKEND_CHOICES,
-        help="auto = hybrid if dense and bm25 are both built, else whichever exists",
-    )
-    p.add_argument("--host", default=defaults.host)
-    p.add_argument("--port", type=int, default=defaults.port)
-    for name in (
-        "default_topk",
-        "max_topk",
-        "max_queries_per_request",
-        "max_query_chars",
-        "default_page_words",
-        "max_page_words",
-        "max_pages_per_request",
-        "max_batch_size",
-        "max_pending",
-        "retry_after_s",
-        "cache_size",
-    ):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    p.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
-    p.add_argument("--shutdown-timeout-s", type=float, default=defaults.shutdown_timeout_s)
-    p.add_argument("--access-log", default=defaults.access_log, help="'-' = stderr, a file path, or 'off'")
-    p.add_argument(
-        "--no-pages",
-        action="store_true",
-        help="build no page index: /open_page answers 501 (saves its memory)",
-    )
-    g = p.add_argument_group("backend")
-    g.add_argument("--model", default=None, help="override the dense encoder's model directory")
-    g.add_argument("--ef-search", type=int, default=128, help="HNSW efSearch")
-    g.add_argument(
-        "--use-gpu", default="auto", choices=["auto", "yes", "no"], help="faiss-gpu for a flat index"
-    )
-    g.add_argument("--rrf-k", type=float, default=60.0)
-    g.add_argument("--hybrid-depth", type=int, default=50, help="candidates per backend before fusion")
-    g.add_argument("--rerank-model", default=None, help="local cross-encoder dir; enables reranking")
-    g.add_argument("--rerank-depth", type=int, default=20)
-    g.add_argument("--query-encoder", choices=["transformers", "onnx-int8", "onnx-fp32"])  # onnx_encoder
-    return p.parse_args(argv)
+    """The server's flags (``retriever.server_args``), with this module's usage as ``--help``."""
+    return server_args.parse_args(argv, __doc__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from retriever.corpus import DOCSTORE_FILE, DocStore
-    from retriever.index import BackendOptions, open_backend, resolve_backend_name
+    from retriever.index import BackendOptions, open_backend, read_manifest, resolve_backend_name
 
     args = parse_args(argv)
     try:
@@ -391,9 +348,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         rerank_model=args.rerank_model,
         rerank_depth=args.rerank_depth,
         query_encoder=args.query_encoder or "transformers",
+        index_load=args.index_load,
+        dense_index=args.dense_index,
+        nprobe=args.nprobe,
     )
     index_dir = str(Path(args.index).resolve())
-    has_docstore = (Path(index_dir) / DOCSTORE_FILE).is_file()  # a pyserini index has none
+    # pages read Arrow columns: a pyserini index has no docstore, an attached jsonl one no columns
+    arrow = read_manifest(index_dir).get("docstore", {"kind": "arrow"}).get("kind") == "arrow"
+    has_docstore = arrow and (Path(index_dir) / DOCSTORE_FILE).is_file()
     load_pages = None if args.no_pages or not has_docstore else (lambda: PageIndex(DocStore(index_dir)))
     service = RetrieverService(
         config,

@@ -1,0 +1,73 @@
+"""The retriever server's command line: its flags, their defaults and their help."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from retriever.config import ServerConfig
+
+
+def parse_args(argv: Sequence[str] | None = None, description: str | None = None) -> argparse.Namespace:
+    """The parsed flags of ``python -m retriever.server``; ``description`` heads ``--help``."""
+    from retriever.index import BACKEND_CHOICES
+
+    defaults = ServerConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m retriever.server",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--index", required=True, help="index directory built by retriever.build_index")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=BACKEND_CHOICES,
+        help="auto = hybrid if dense and bm25 are both built, else whichever exists",
+    )
+    p.add_argument("--host", default=defaults.host)
+    p.add_argument("--port", type=int, default=defaults.port)
+    for name in (
+        "default_topk",
+        "max_topk",
+        "max_queries_per_request",
+        "max_query_chars",
+        "default_page_words",
+        "max_page_words",
+        "max_pages_per_request",
+        "max_batch_size",
+        "max_pending",
+        "retry_after_s",
+        "cache_size",
+    ):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    p.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
+    p.add_argument("--shutdown-timeout-s", type=float, default=defaults.shutdown_timeout_s)
+    p.add_argument("--access-log", default=defaults.access_log, help="'-' = stderr, a file path, or 'off'")
+    p.add_argument(
+        "--no-pages",
+        action="store_true",
+        help="build no page index: /open_page answers 501 (saves its memory)",
+    )
+    g = p.add_argument_group("backend")
+    g.add_argument("--model", default=None, help="override the dense encoder's model directory")
+    g.add_argument("--ef-search", type=int, default=None, help="HNSW efSearch (default: recorded, or 128)")
+    g.add_argument(
+        "--use-gpu", default="auto", choices=["auto", "yes", "no"], help="faiss-gpu for a flat index"
+    )
+    g.add_argument(
+        "--index-load",
+        default="mmap",
+        choices=["mmap", "ram"],
+        help="open the dense FAISS file memory-mapped (seconds, pages on demand) or read it all",
+    )
+    g.add_argument(
+        "--dense-index", default="base", help="'base' or a compressed index's name (compress_index)"
+    )
+    g.add_argument("--nprobe", type=int, default=None, help="IVF lists searched (default: as recorded)")
+    g.add_argument("--rrf-k", type=float, default=60.0)
+    g.add_argument("--hybrid-depth", type=int, default=50, help="candidates per backend before fusion")
+    g.add_argument("--rerank-model", default=None, help="local cross-encoder dir; enables reranking")
+    g.add_argument("--rerank-depth", type=int, default=20)
+    g.add_argument("--query-encoder", choices=["transformers", "onnx-int8", "onnx-fp32"])  # onnx_encoder
+    return p.parse_args(argv)
