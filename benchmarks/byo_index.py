@@ -80,7 +80,7 @@ def phase_generate(work: Path, n: int, dim: int, seed: int) -> None:
 
 
 def phase_attach(work: Path) -> dict:
-    if (work / "idx" / "manifest.json").exists():
+    if (work / "attach.json").exists() and (work / "idx" / "manifest.json").exists():
         print("attach: exists, skipped")
         return json.loads((work / "attach.json").read_text())
     cmd = [sys.executable, "-m", "retriever.attach_index", "--faiss-index", str(work / "flat.faiss")]
@@ -107,6 +107,8 @@ def _start(work: Path, load: str, port: int) -> tuple[subprocess.Popen, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while time.perf_counter() - t0 < 900:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server ({load}) exited with {proc.returncode} before it was ready")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
                 if json.loads(r.read())["ready"]:
@@ -114,6 +116,7 @@ def _start(work: Path, load: str, port: int) -> tuple[subprocess.Popen, float]:
         except OSError:
             time.sleep(0.05)
     proc.kill()
+    proc.wait(60)
     raise RuntimeError(f"server ({load}) not ready in 900 s")
 
 

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import faiss
 import numpy as np
 
 from retriever.build_index import corpus_fingerprint, default_model_path, ensure_docstore, progress_bar
@@ -49,6 +50,13 @@ def check_vectors(index, encoder: DenseEncoder, corpus: Path, n: int) -> float |
     The first rows, not a sample: they cost reading ``n`` lines, not a pass over 13 GB.
     """
     passages = list(itertools.islice(iter_corpus(corpus), min(n, index.ntotal)))
+    if not passages:
+        return None
+    if not isinstance(faiss.downcast_index(index), faiss.IndexFlat):
+        print(
+            f"note: vector check skipped: {type(index).__name__} stores approximate vectors", file=sys.stderr
+        )
+        return None
     try:
         stored = np.stack([index.reconstruct(i) for i in range(len(passages))]).astype(np.float32)
     except RuntimeError as exc:  # e.g. an IVF index without a direct map
@@ -66,7 +74,20 @@ def attach(args: argparse.Namespace) -> dict:
     index_path, corpus, out = Path(args.faiss_index).resolve(), Path(args.corpus).resolve(), Path(args.out)
     if not corpus.is_file():
         raise AttachError(f"--corpus: {corpus} is not a file")
-    index = read_faiss_index(index_path, "mmap")  # fails with the path if it is not a file
+    try:
+        index = read_faiss_index(index_path, "mmap")
+    except (RuntimeError, FileNotFoundError) as exc:  # not a file, or not a FAISS index
+        raise AttachError(f"--faiss-index: {index_path}: {str(exc).splitlines()[0]}") from None
+    if "IDMap" in type(index).__name__:
+        raise AttachError(
+            f"--faiss-index: {index_path} is an {type(index).__name__}: it answers with its own ids, "
+            "not row numbers; attach the index it wraps"
+        )
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise AttachError(
+            f"--faiss-index: {index_path} ranks by {metric_name(index)}; the dense backend serves "
+            "inner-product indexes (normalised vectors: the same ranking as cosine)"
+        )
     model = args.model or default_model_path()
     if not model:
         raise AttachError("--model: required (a local sentence-transformers model directory)")
@@ -99,7 +120,7 @@ def attach(args: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(out)
     if args.docstore == "arrow":
-        n = ensure_docstore(corpus, out, args.quiet)
+        n = ensure_docstore(corpus, out, args.quiet, accept_jsonl=False)
         manifest = read_manifest(out)
     else:
         with progress_bar(lines, "offsets", args.quiet) as bar:
@@ -108,7 +129,8 @@ def attach(args: argparse.Namespace) -> dict:
             corpus=corpus_fingerprint(corpus),
             num_passages=n,
             docstore={"kind": "jsonl", "corpus": str(corpus), "offsets": OFFSETS_FILE},
-            backends={},  # a new docstore: row-based indexes built before it no longer apply
+            # a new docstore: row-based indexes built before it no longer apply (Lucene's is not)
+            backends={k: v for k, v in manifest.get("backends", {}).items() if k == "pyserini"},
         )
     manifest.setdefault("backends", {})["dense"] = {
         "encoder": asdict(cfg),

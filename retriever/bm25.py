@@ -13,6 +13,7 @@ from retriever.base import Hit
 from retriever.corpus import DocStoreLike, Passage, contents_in_chunks
 
 BM25_SUBDIR = "bm25"
+INLINE_MAX_PASSAGES = 1_000_000  # beyond it a query's score array costs milliseconds
 
 
 def _stemmer(language: str | None):
@@ -111,12 +112,13 @@ class QueryTokenizer:
 class BM25Backend:
     """Batched BM25 search over a saved bm25s index (memory-mapped).
 
-    ``inline_ok``: a query costs ~0.1 ms, not much more than the hop to a worker thread and back, so
-    the server may run this backend's batches on its event loop (``retriever.base``).
+    ``inline_ok``: on a corpus of up to ``INLINE_MAX_PASSAGES`` a query costs ~0.1 ms, not much
+    more than the hop to a worker thread and back, so the server may run this backend's batches on
+    its event loop (``retriever.base``); a wiki-18-sized corpus (a score array of 21M floats a
+    query) keeps the worker thread, so a batch never stalls the loop for seconds.
     """
 
     name = "bm25"
-    inline_ok = True
 
     def __init__(self, index_dir: str | Path, docstore: DocStoreLike, n_threads: int = 0) -> None:
         import bm25s
@@ -133,6 +135,7 @@ class BM25Backend:
         self._indptr = np.asarray(scores["indptr"])
         self._n_threads = n_threads
         self.docstore = docstore
+        self.inline_ok = int(self.meta["num_passages"]) <= INLINE_MAX_PASSAGES
         if self.meta["num_passages"] != len(docstore):
             raise ValueError(
                 f"bm25 index has {self.meta['num_passages']} passages but the docstore {len(docstore)}"

@@ -68,14 +68,18 @@ def progress_bar(total: int, desc: str, quiet: bool) -> tqdm:
     return tqdm(total=total, desc=desc, unit="psg", disable=quiet, file=sys.stderr, dynamic_ncols=True)
 
 
-def ensure_docstore(corpus: Path, out: Path, quiet: bool = False) -> int:
-    """Validate the corpus and write ``docs.arrow`` unless one from the same corpus file exists."""
+def ensure_docstore(corpus: Path, out: Path, quiet: bool = False, accept_jsonl: bool = True) -> int:
+    """Validate the corpus and write ``docs.arrow`` unless a store of the same corpus file exists:
+    ``docs.arrow``, or (with ``accept_jsonl``) an attached corpus's offset table."""
     manifest = read_manifest(out)
     fp = corpus_fingerprint(corpus)
     stored = manifest.get("corpus") or {}
     kind = manifest.get("docstore", {}).get("kind", "arrow")
-    built = (out / DOCSTORE_FILE).exists() if kind == "arrow" else (out / OFFSETS_FILE).exists()
-    if built and _same_corpus(stored, corpus, fp):  # an attached corpus's offset table serves too
+    if kind == "arrow":
+        built = (out / DOCSTORE_FILE).exists()
+    else:
+        built = accept_jsonl and (out / OFFSETS_FILE).exists()
+    if built and _same_corpus(stored, corpus, fp):
         if stored != stored | fp:  # the same bytes under a new mtime or path: remember them
             manifest["corpus"] = stored | fp
             write_manifest(out, manifest)

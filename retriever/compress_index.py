@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from tqdm import tqdm
 
 from retriever.dense import BASE_INDEX, DENSE_SUBDIR, dense_index_file
 from retriever.exact_rerank import exact_rerank
-from retriever.faiss_io import read_faiss_index, set_search_params
+from retriever.faiss_io import find_hnsw, read_faiss_index, set_search_params
 from retriever.index import read_manifest, write_manifest
 
 IVF_SWEEP = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -71,7 +72,7 @@ def sweep_knob(index: faiss.Index) -> tuple[str | None, tuple[int, ...]]:
         return "nprobe", tuple(v for v in IVF_SWEEP if v <= nlist)
     except RuntimeError:
         pass
-    if "HNSW" in type(faiss.downcast_index(index)).__name__ or "HNSW" in str(index):
+    if find_hnsw(index) is not None:
         return "efSearch", HNSW_SWEEP
     return None, ()
 
@@ -168,6 +169,8 @@ def compress(args: argparse.Namespace) -> dict:
         raise ValueError(f"--index: {out} has no dense index (build_index --backend dense, or attach_index)")
     if args.name == BASE_INDEX:
         raise ValueError(f"--name: {BASE_INDEX!r} is the uncompressed index's name")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.name) or args.name.startswith("."):
+        raise ValueError(f"--name: expected letters, digits, '_', '-' or '.', got {args.name!r}")
     base_path, _ = dense_index_file(out, meta, BASE_INDEX)
     base = read_faiss_index(base_path, "mmap")
     if not isinstance(faiss.downcast_index(base), faiss.IndexFlat):

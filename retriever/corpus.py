@@ -100,12 +100,14 @@ def contents_in_chunks(passages: Iterable[Passage], size: int) -> Iterator[list[
 
 
 def count_lines(path: str | Path) -> int:
-    """Fast newline count (for progress bars), without parsing."""
+    """Fast line count without parsing: newlines, plus a last line that has none."""
     n = 0
+    last = b"\n"
     with Path(path).open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             n += chunk.count(b"\n")
-    return n
+            last = chunk[-1:]
+    return n + (last != b"\n")
 
 
 def write_docstore(

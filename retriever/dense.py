@@ -211,6 +211,9 @@ class DenseBackend:
         self.encoder = (make_encoder or DenseEncoder)(enc_cfg, device)
         if self.encoder.dim != meta["dim"]:
             raise ValueError(f"model_path: encoder dim {self.encoder.dim} != index dim {meta['dim']}")
+        for name, value in (("nprobe", nprobe), ("ef_search", ef_search)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name}: expected >= 1 (or unset: as recorded), got {value}")
         path, params = dense_index_file(index_dir, meta, dense_index)
         index = read_faiss_index(path, index_load)
         # an explicit option wins over what compress_index recorded, which wins over the default

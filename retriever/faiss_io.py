@@ -12,10 +12,13 @@ the first query: exhaustive search reads all vectors, from the page cache when w
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import Literal, get_args
 
 import faiss
+
+log = logging.getLogger(__name__)
 
 IndexLoad = Literal["mmap", "ram"]
 INDEX_LOAD_MODES: tuple[str, ...] = get_args(IndexLoad)
@@ -36,8 +39,13 @@ def read_faiss_index(path: str | Path, load: str = "mmap") -> faiss.Index:
     if load == "ram":
         return faiss.read_index(str(path))
     # IVF files ("Iw..") map their inverted lists; the others their flat code storage
-    flag = faiss.IO_FLAG_MMAP if _type_tag(path).startswith(b"Iw") else faiss.IO_FLAG_MMAP_IFC
-    return faiss.read_index(str(path), flag | faiss.IO_FLAG_READ_ONLY)
+    if _type_tag(path).startswith(b"Iw"):
+        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+    ifc = getattr(faiss, "IO_FLAG_MMAP_IFC", None)  # faiss >= 1.11; older ones read into memory
+    if ifc is None:
+        log.warning("faiss %s cannot map %s's vectors; reading it into memory", faiss.__version__, path)
+        return faiss.read_index(str(path))
+    return faiss.read_index(str(path), ifc | faiss.IO_FLAG_READ_ONLY)
 
 
 def metric_name(index: faiss.Index) -> str:
@@ -55,17 +63,17 @@ def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: 
         with contextlib.suppress(RuntimeError):  # not an IVF index: nprobe does not apply
             faiss.extract_index_ivf(index).nprobe = nprobe
     if ef_search is not None:
-        hnsw = _find_hnsw(index)
+        hnsw = find_hnsw(index)
         if hnsw is not None:
             hnsw.hnsw.efSearch = ef_search
 
 
-def _find_hnsw(index: faiss.Index) -> faiss.IndexHNSW | None:
+def find_hnsw(index: faiss.Index) -> faiss.IndexHNSW | None:
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexHNSW):
         return index
     if isinstance(index, faiss.IndexPreTransform):
-        return _find_hnsw(index.index)
+        return find_hnsw(index.index)
     return None
 
 

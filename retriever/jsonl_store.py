@@ -8,9 +8,9 @@ corpus and the table are memory-mapped, so opening the store takes milliseconds,
 the bytes ``offsets[i]:offsets[i+1]`` parsed as one JSON line, and resident memory is the pages
 the answered queries touched.
 
-The table records the corpus's size; a corpus that changed since (another size, or a last line
-that no longer ends where the table says) is refused at open, because every row id an index
-refers to would silently shift.
+The table records the corpus's size; a corpus that changed since (another size, or sampled
+lines that no longer end where the table says) is refused at open, because every row id an
+index refers to would silently shift.
 """
 
 from __future__ import annotations
@@ -89,6 +89,22 @@ class JsonlDocStore:
         self._len = len(self._offsets) - 1
         with self.corpus.open("rb") as fh:
             self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        self._check_boundaries()
+
+    def _check_boundaries(self, samples: int = 64) -> None:
+        """Refuse a corpus rewritten at the same size: sampled rows must still end in a newline."""
+        if self._map is None or self._len == 0:
+            return
+        rows = np.unique(np.linspace(0, self._len - 2, min(samples, self._len - 1)).astype(np.int64))
+        rows = rows[rows >= 0] if self._len > 1 else np.array([], dtype=np.int64)
+        for row in rows.tolist():
+            end = int(self._offsets[row + 1])
+            if self._map[end - 1 : end] != b"\n":
+                raise ValueError(
+                    f"docstore.corpus: line {row + 1} of {self.corpus} no longer ends where its offset "
+                    "table says: the corpus changed since the table was built; "
+                    "run python -m retriever.attach_index again"
+                )
 
     def __len__(self) -> int:
         return self._len

@@ -266,6 +266,9 @@ class OnnxQueryEncoder:
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # idle threads sleep instead of spinning: a server's runs are intermittent, and spinning
+        # workers take the cores its event loop and the index search need between runs
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(
             str(self.model_file), sess_options=opts, providers=["CPUExecutionProvider"]
         )

@@ -155,3 +155,43 @@ def test_an_unknown_dense_index_name_is_refused_with_the_names_there_are(built):
     _, built_dir = built
     with pytest.raises(ValueError, match=r"dense_index: no index named 'ivf' .*\['base'\]"):
         open_backend(built_dir, "dense", BackendOptions(dense_index="ivf"))
+
+
+def test_a_corpus_whose_last_line_has_no_newline_attaches(built, tmp_path):
+    corpus, built_dir = built
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(corpus.read_text(encoding="utf-8").rstrip("\n"), encoding="utf-8")
+    assert _attach(built_dir / "dense" / "index.faiss", bare, tmp_path / "out", *MINILM_AS_BUILT) == 0
+    assert read_manifest(tmp_path / "out")["num_passages"] == N_PASSAGES
+
+
+def test_an_id_mapped_index_and_a_file_that_is_no_index_are_refused_by_option(built, tmp_path, capsys):
+    corpus, built_dir = built
+    flat = faiss.read_index(str(built_dir / "dense" / "index.faiss"))
+    mapped = faiss.IndexIDMap(faiss.IndexFlatIP(flat.d))
+    mapped.add_with_ids(flat.reconstruct_n(0, flat.ntotal), np.arange(flat.ntotal) + 1000)
+    faiss.write_index(mapped, str(tmp_path / "idmap.faiss"))
+    assert _attach(tmp_path / "idmap.faiss", corpus, tmp_path / "out", *MINILM_AS_BUILT) == 2
+    assert "--faiss-index" in capsys.readouterr().err
+    (tmp_path / "junk.faiss").write_bytes(b"not an index at all")
+    assert _attach(tmp_path / "junk.faiss", corpus, tmp_path / "out", *MINILM_AS_BUILT) == 2
+    assert "--faiss-index" in capsys.readouterr().err
+
+
+def test_attaching_again_with_an_arrow_docstore_writes_it_for_the_page_reader(built, tmp_path):
+    corpus, built_dir = built
+    index = built_dir / "dense" / "index.faiss"
+    assert _attach(index, corpus, tmp_path / "out", *MINILM_AS_BUILT) == 0
+    assert read_manifest(tmp_path / "out")["docstore"]["kind"] == "jsonl"
+    assert _attach(index, corpus, tmp_path / "out", *MINILM_AS_BUILT, "--docstore", "arrow") == 0
+    assert read_manifest(tmp_path / "out")["docstore"]["kind"] == "arrow"
+    assert (tmp_path / "out" / "docs.arrow").is_file()
+
+
+def test_a_corpus_rewritten_at_the_same_size_is_refused(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "contents": "xy"}\n{"id": "b", "contents": "z"}\n')
+    build_offsets(corpus, tmp_path / "o.npy")
+    corpus.write_text('{"id": "a", "contents": "x"}\n{"id": "b", "contents": "zy"}\n')  # same bytes count
+    with pytest.raises(ValueError, match="line 1 .* no longer ends where"):
+        JsonlDocStore(corpus, tmp_path / "o.npy")

@@ -158,3 +158,13 @@ def test_only_backends_that_declare_inline_ok_are_searched_on_the_event_loop(
     expected = inner.search(["nobel prize physics"], 2)[0]
     assert [d["id"] for d in bodies[0][0]] == [h.doc_id for h in expected]
     assert BM25Backend.inline_ok is True
+
+
+def test_a_corpus_past_the_inline_limit_keeps_bm25_off_the_event_loop(
+    bm25_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import retriever.bm25
+
+    assert open_backend(bm25_index, "bm25").inline_ok  # 34,624 passages: cheap enough
+    monkeypatch.setattr(retriever.bm25, "INLINE_MAX_PASSAGES", 30_000)
+    assert not open_backend(bm25_index, "bm25").inline_ok  # wiki-18 sized (here: past the limit)
