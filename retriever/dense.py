@@ -22,6 +22,7 @@ from retriever.base import Hit
 from retriever.corpus import DocStoreLike, Passage, contents_in_chunks
 from retriever.exact_rerank import exact_rerank
 from retriever.faiss_io import read_faiss_index, set_search_params
+from retriever.flat_search import flat_search, flat_vectors
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,8 @@ class DenseBackend:
         ef = ef_search or params.get("ef_search") or DEFAULT_EF_SEARCH
         set_search_params(index, nprobe=nprobe or params.get("nprobe"), ef_search=ef)
         self.index, self.on_gpu = _maybe_to_gpu(index, use_gpu)
+        # a loaded inner-product flat index is searched by BLAS products (retriever.flat_search)
+        self.flat_vectors = None if self.on_gpu else flat_vectors(self.index)
         self.rerank_depth = int(params.get("rerank_depth", 0))
         # re-scoring reads candidates' exact vectors from the flat file, mapped, never loaded
         self.flat = read_faiss_index(dense_index_file(index_dir, meta)[0]) if self.rerank_depth else None
@@ -243,6 +246,8 @@ class DenseBackend:
         if self.flat is not None:
             candidates = self.index.search(vectors, max(k, self.rerank_depth))[1]
             scores, rows = exact_rerank(self.flat, vectors, candidates, k)
+        elif self.flat_vectors is not None:
+            scores, rows = flat_search(self.flat_vectors, vectors, k)
         else:
             scores, rows = self.index.search(vectors, k)
         out: list[list[Hit]] = []
