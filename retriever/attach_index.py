@@ -29,7 +29,13 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from retriever.build_index import corpus_fingerprint, default_model_path, ensure_docstore, progress_bar
+from retriever.build_index import (
+    corpus_fingerprint,
+    default_model_path,
+    ensure_docstore,
+    progress_bar,
+    same_corpus,
+)
 from retriever.corpus import CorpusFormatError, count_lines, iter_corpus
 from retriever.dense import POOLING_MODES, DenseEncoder, EncoderConfig
 from retriever.faiss_io import metric_name, read_faiss_index
@@ -123,14 +129,18 @@ def attach(args: argparse.Namespace) -> dict:
         n = ensure_docstore(corpus, out, args.quiet, accept_jsonl=False)
         manifest = read_manifest(out)
     else:
+        fp = corpus_fingerprint(corpus)
+        # the same corpus file keeps the row-based indexes built over it (a BM25 index, say);
+        # another corpus keeps only what is not row-based (a Lucene index)
+        same = same_corpus(manifest.get("corpus") or {}, corpus, fp)
         with progress_bar(lines, "offsets", args.quiet) as bar:
             n = build_offsets(corpus, out / OFFSETS_FILE, on_progress=bar.update)
+        backends = manifest.get("backends", {})
         manifest.update(
-            corpus=corpus_fingerprint(corpus),
+            corpus=(manifest.get("corpus") or {}) | fp if same else fp,
             num_passages=n,
             docstore={"kind": "jsonl", "corpus": str(corpus), "offsets": OFFSETS_FILE},
-            # a new docstore: row-based indexes built before it no longer apply (Lucene's is not)
-            backends={k: v for k, v in manifest.get("backends", {}).items() if k == "pyserini"},
+            backends=backends if same else {k: v for k, v in backends.items() if k == "pyserini"},
         )
     manifest.setdefault("backends", {})["dense"] = {
         "encoder": asdict(cfg),

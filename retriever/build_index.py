@@ -48,7 +48,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _same_corpus(stored: dict, corpus: Path, fp: dict) -> bool:
+def same_corpus(stored: dict, corpus: Path, fp: dict) -> bool:
     """Whether the docstore was built from this corpus file: same size, and the same mtime or,
     for a copy made again (a fresh checkout of the data, an rsync without -t), the same bytes.
     Hashing runs only when the mtime differs: an index (hours for a dense one) is not thrown
@@ -79,7 +79,7 @@ def ensure_docstore(corpus: Path, out: Path, quiet: bool = False, accept_jsonl: 
         built = (out / DOCSTORE_FILE).exists()
     else:
         built = accept_jsonl and (out / OFFSETS_FILE).exists()
-    if built and _same_corpus(stored, corpus, fp):
+    if built and same_corpus(stored, corpus, fp):
         if stored != stored | fp:  # the same bytes under a new mtime or path: remember them
             manifest["corpus"] = stored | fp
             write_manifest(out, manifest)

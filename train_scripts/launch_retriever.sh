@@ -13,6 +13,9 @@
 #   QUERY_PREFIX / PASSAGE_PREFIX   e.g. "query: " / "passage: " for e5  [empty]
 #   INDEX_TYPE    flat|hnsw for dense                       [flat]
 #   LUCENE_INDEX  prebuilt Lucene index dir (when BACKENDS includes pyserini)
+#   FAISS_INDEX   an existing FAISS index of CORPUS (e.g. wiki-18's e5_Flat.index): the dense
+#                 backend attaches it (retriever.attach_index, e5 defaults, MODEL required)
+#                 instead of encoding the corpus
 #   HOST / PORT   bind address                              [127.0.0.1 / 8000]
 #   PYTHON        interpreter                               [.venv/bin/python if present, else python3]
 # Extra arguments go to `python -m retriever.server` (see --help: --max-topk, --max-batch-size,
@@ -46,7 +49,12 @@ for backend in $BACKENDS; do
   args=(--backend "$backend" --out "$INDEX_DIR")
   case "$backend" in
     pyserini) args+=(--lucene-index "${LUCENE_INDEX:?set LUCENE_INDEX to a prebuilt Lucene index dir}") ;;
-    dense)    args+=(--corpus "$CORPUS" --index-type "$INDEX_TYPE"
+    dense)    if [[ -n "${FAISS_INDEX:-}" ]]; then
+                "$PYTHON" -m retriever.attach_index --faiss-index "$FAISS_INDEX" --corpus "$CORPUS" \
+                  --out "$INDEX_DIR" --model "${MODEL:?set MODEL to the encoder the index was built with}"
+                continue
+              fi
+              args+=(--corpus "$CORPUS" --index-type "$INDEX_TYPE"
                      --query-prefix "${QUERY_PREFIX:-}" --passage-prefix "${PASSAGE_PREFIX:-}")
               if [[ -n "${MODEL:-}" ]]; then args+=(--model "$MODEL"); fi ;;
     *)        args+=(--corpus "$CORPUS") ;;

@@ -195,3 +195,13 @@ def test_a_corpus_rewritten_at_the_same_size_is_refused(tmp_path):
     corpus.write_text('{"id": "a", "contents": "x"}\n{"id": "b", "contents": "zy"}\n')  # same bytes count
     with pytest.raises(ValueError, match="line 1 .* no longer ends where"):
         JsonlDocStore(corpus, tmp_path / "o.npy")
+
+
+def test_attaching_over_the_same_corpus_keeps_its_bm25_index_and_serves_hybrid(built, tmp_path):
+    corpus, built_dir = built
+    out = tmp_path / "out"
+    assert build_main(["--corpus", str(corpus), "--backend", "bm25", "--out", str(out), "--quiet"]) == 0
+    assert _attach(built_dir / "dense" / "index.faiss", corpus, out, *MINILM_AS_BUILT) == 0
+    assert set(read_manifest(out)["backends"]) == {"bm25", "dense"}
+    hits = open_backend(out, "hybrid").search(QUESTIONS[:1], 3)[0]
+    assert len(hits) == 3
