@@ -74,12 +74,9 @@ def check_vectors(index, encoder: DenseEncoder, corpus: Path, n: int) -> float |
     return float((stored * fresh).sum(axis=1).min())
 
 
-def attach(args: argparse.Namespace) -> dict:
-    """Check the index against encoder and corpus, write the docstore and the manifest; return a summary."""
-    t0 = time.perf_counter()
-    index_path, corpus, out = Path(args.faiss_index).resolve(), Path(args.corpus).resolve(), Path(args.out)
-    if not corpus.is_file():
-        raise AttachError(f"--corpus: {corpus} is not a file")
+def open_servable_index(index_path: Path) -> faiss.Index:
+    """The index at ``index_path``, memory-mapped, if the dense backend can serve it: rows as ids,
+    inner product; otherwise an ``AttachError`` naming ``--faiss-index``."""
     try:
         index = read_faiss_index(index_path, "mmap")
     except (RuntimeError, FileNotFoundError) as exc:  # not a file, or not a FAISS index
@@ -94,6 +91,38 @@ def attach(args: argparse.Namespace) -> dict:
             f"--faiss-index: {index_path} ranks by {metric_name(index)}; the dense backend serves "
             "inner-product indexes (normalised vectors: the same ranking as cosine)"
         )
+    return index
+
+
+def write_docstore(args: argparse.Namespace, corpus: Path, out: Path, lines: int) -> tuple[dict, int]:
+    """Write the document store ``--docstore`` asks for; return the updated manifest and its size."""
+    manifest = read_manifest(out)
+    if args.docstore == "arrow":
+        n = ensure_docstore(corpus, out, args.quiet, accept_jsonl=False)
+        return read_manifest(out), n
+    fp = corpus_fingerprint(corpus)
+    # the same corpus file keeps the row-based indexes built over it (a BM25 index, say);
+    # another corpus keeps only what is not row-based (a Lucene index)
+    same = same_corpus(manifest.get("corpus") or {}, corpus, fp)
+    with progress_bar(lines, "offsets", args.quiet) as bar:
+        n = build_offsets(corpus, out / OFFSETS_FILE, on_progress=bar.update)
+    backends = manifest.get("backends", {})
+    manifest.update(
+        corpus=(manifest.get("corpus") or {}) | fp if same else fp,
+        num_passages=n,
+        docstore={"kind": "jsonl", "corpus": str(corpus), "offsets": OFFSETS_FILE},
+        backends=backends if same else {k: v for k, v in backends.items() if k == "pyserini"},
+    )
+    return manifest, n
+
+
+def attach(args: argparse.Namespace) -> dict:
+    """Check the index against encoder and corpus, write the docstore and the manifest; return a summary."""
+    t0 = time.perf_counter()
+    index_path, corpus, out = Path(args.faiss_index).resolve(), Path(args.corpus).resolve(), Path(args.out)
+    if not corpus.is_file():
+        raise AttachError(f"--corpus: {corpus} is not a file")
+    index = open_servable_index(index_path)
     model = args.model or default_model_path()
     if not model:
         raise AttachError("--model: required (a local sentence-transformers model directory)")
@@ -124,24 +153,7 @@ def attach(args: argparse.Namespace) -> dict:
             "was not built this way; --check-vectors 0 skips the check"
         )
     out.mkdir(parents=True, exist_ok=True)
-    manifest = read_manifest(out)
-    if args.docstore == "arrow":
-        n = ensure_docstore(corpus, out, args.quiet, accept_jsonl=False)
-        manifest = read_manifest(out)
-    else:
-        fp = corpus_fingerprint(corpus)
-        # the same corpus file keeps the row-based indexes built over it (a BM25 index, say);
-        # another corpus keeps only what is not row-based (a Lucene index)
-        same = same_corpus(manifest.get("corpus") or {}, corpus, fp)
-        with progress_bar(lines, "offsets", args.quiet) as bar:
-            n = build_offsets(corpus, out / OFFSETS_FILE, on_progress=bar.update)
-        backends = manifest.get("backends", {})
-        manifest.update(
-            corpus=(manifest.get("corpus") or {}) | fp if same else fp,
-            num_passages=n,
-            docstore={"kind": "jsonl", "corpus": str(corpus), "offsets": OFFSETS_FILE},
-            backends=backends if same else {k: v for k, v in backends.items() if k == "pyserini"},
-        )
+    manifest, n = write_docstore(args, corpus, out, lines)
     manifest.setdefault("backends", {})["dense"] = {
         "encoder": asdict(cfg),
         "dim": int(index.d),

@@ -119,6 +119,7 @@ class BM25Backend:
     """
 
     name = "bm25"
+    inline_ok = True  # per instance: False past INLINE_MAX_PASSAGES (set in __init__)
 
     def __init__(self, index_dir: str | Path, docstore: DocStoreLike, n_threads: int = 0) -> None:
         import bm25s
