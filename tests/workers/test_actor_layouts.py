@@ -50,7 +50,9 @@ def test_packed_or_chunked_actor_passes_give_the_padded_log_probs_and_update(tin
     mask = batch["response_mask"].bool()
     torch.testing.assert_close(log_probs[mask], padded_log_probs[mask], rtol=1e-5, atol=1e-5)
     for name, tensor in weights.items():
-        torch.testing.assert_close(tensor, padded_weights[name], rtol=1e-5, atol=1e-6, msg=name)
+        # atol 1e-5: on an AVX2-only machine the chunked pass's other summation order moves one
+        # Adam-updated weight by 2.6e-6 (of ~0.08); on AVX-512 machines it stayed under 1e-6
+        torch.testing.assert_close(tensor, padded_weights[name], rtol=1e-5, atol=1e-5, msg=name)
 
 
 def critic_after_update(model_dir, packed: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
