@@ -32,12 +32,13 @@ import numpy as np
 from retriever.build_index import (
     corpus_fingerprint,
     default_model_path,
+    encoder_config_from_args,
     ensure_docstore,
     progress_bar,
     same_corpus,
 )
 from retriever.corpus import CorpusFormatError, count_lines, iter_corpus
-from retriever.dense import POOLING_MODES, DenseEncoder, EncoderConfig
+from retriever.dense import POOLING_MODES, DenseEncoder
 from retriever.faiss_io import metric_name, read_faiss_index
 from retriever.index import DOCSTORE_KINDS, read_manifest, write_manifest
 from retriever.jsonl_store import OFFSETS_FILE, build_offsets
@@ -126,14 +127,7 @@ def attach(args: argparse.Namespace) -> dict:
     model = args.model or default_model_path()
     if not model:
         raise AttachError("--model: required (a local sentence-transformers model directory)")
-    cfg = EncoderConfig(
-        model_path=model,
-        pooling=args.pooling,
-        normalize=not args.no_normalize,
-        query_prefix=args.query_prefix,
-        passage_prefix=args.passage_prefix,
-        max_seq_length=args.max_seq_length,
-    )
+    cfg = encoder_config_from_args(args, model)
     encoder = DenseEncoder(cfg)
     if encoder.dim != index.d:
         raise AttachError(

@@ -107,6 +107,21 @@ def ensure_docstore(corpus: Path, out: Path, quiet: bool = False, accept_jsonl: 
     return n
 
 
+def encoder_config_from_args(args: argparse.Namespace, model_path: str):
+    """The ``EncoderConfig`` the dense flags describe (shared by build_index and attach_index)."""
+    from retriever.dense import EncoderConfig
+
+    return EncoderConfig(
+        model_path=model_path,
+        pooling=args.pooling,
+        normalize=not args.no_normalize,
+        query_prefix=args.query_prefix,
+        passage_prefix=args.passage_prefix,
+        max_seq_length=args.max_seq_length,
+        **({"batch_size": args.batch_size} if hasattr(args, "batch_size") else {}),
+    )
+
+
 def build(args: argparse.Namespace) -> dict:
     """Build one backend into ``args.out``; return the summary that ``main`` prints."""
     out = Path(args.out)
@@ -134,20 +149,12 @@ def build(args: argparse.Namespace) -> dict:
         n = ensure_docstore(corpus, out, args.quiet)
         with progress_bar(n, args.backend, args.quiet) as bar:
             if args.backend == "dense":
-                from retriever.dense import DenseEncoder, EncoderConfig, build_dense_index
+                from retriever.dense import DenseEncoder, build_dense_index
 
                 model = args.model or default_model_path()
                 if not model:
                     raise SystemExit("--model: required (a local sentence-transformers model directory)")
-                cfg = EncoderConfig(
-                    model_path=model,
-                    pooling=args.pooling,
-                    normalize=not args.no_normalize,
-                    query_prefix=args.query_prefix,
-                    passage_prefix=args.passage_prefix,
-                    max_seq_length=args.max_seq_length,
-                    batch_size=args.batch_size,
-                )
+                cfg = encoder_config_from_args(args, model)
                 meta = build_dense_index(
                     iter_corpus(corpus),
                     out,
