@@ -134,6 +134,17 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
         "resources.critic_workers": cfg.resources.critic_workers,
     }
     problems += [f"config key '{k}' must be >= 1, got {v}" for k, v in positive.items() if v < 1]
+    res, trainer = cfg.resources, cfg.trainer
+    seconds = {
+        "resources.rendezvous_timeout_s": res.rendezvous_timeout_s,
+        "resources.node_timeout_s": res.node_timeout_s,
+        "resources.call_timeout_s": res.call_timeout_s,
+        "trainer.restart_wait_s": trainer.restart_wait_s,
+    }
+    late = {k: v for k, v in seconds.items() if v is not None and v <= 0}
+    problems += [f"config key '{k}' must be > 0 seconds, got {v}" for k, v in late.items()]
+    if trainer.max_restarts < 0:
+        problems.append(f"config key 'trainer.max_restarts' must be >= 0, got {trainer.max_restarts}")
     if rollout.max_turns < 0:
         problems.append(f"config key 'actor.rollout.max_turns' must be >= 0, got {rollout.max_turns}")
     most_calls = rollout.max_calls_per_trajectory

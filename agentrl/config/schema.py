@@ -20,6 +20,8 @@ DtypeName = Literal["float32", "bfloat16", "float16"]
 LrSchedule = Literal["constant", "cosine", "linear"]
 Strategy = Literal["dp", "fsdp"]  # dp: full replicas, gradients summed; fsdp: FSDP2 shards
 PlacementKind = Literal["split", "colocated"]
+# pack: bundles on as few nodes as fit (Ray's PACK); spread: over as many nodes as possible (SPREAD)
+PlacementStrategy = Literal["pack", "spread"]
 Device = Literal["cpu", "cuda"]
 LoggerName = Literal["console", "jsonl", "tensorboard", "wandb"]
 # tags: <search>…</search> (Search-R1); hermes: <tool_call>{json}</tool_call>, results as tool messages
@@ -242,6 +244,15 @@ class ResourceConfig:
     cpus_per_worker: float = 1.0
     torch_threads: int | None = None  # per worker; None: the node's cores over the group's ranks on it
     placement_timeout_s: float = 60.0  # how long to wait for the cluster to hold the placement
+    # how the bundles spread over nodes: pack (fewest nodes) | spread (a role's ranks on different nodes)
+    placement_strategy: PlacementStrategy = "pack"
+    # the data plane's network interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME); null: those
+    # variables when set, else the interface that holds each node's Ray address
+    socket_ifname: str | None = None
+    rendezvous_timeout_s: float = 120.0  # how long a group's ranks wait to meet (torch.distributed)
+    # a node whose watch does not answer for this long is lost (found in seconds, not at Ray's heartbeat)
+    node_timeout_s: float = 10.0
+    call_timeout_s: float | None = None  # the longest one role call (a stage) may take; null: no limit
 
 
 @dataclass
@@ -272,6 +283,13 @@ class TrainerConfig:
     # dead-signal alarms: warn when no tool was called, or the reward did not vary, for this many
     # steps in a row (and on every step whose groups all tied); 0 turns them off
     alarm_after_steps: int = 5
+    # after a lost node (or a role call past its deadline), restart from the last complete checkpoint
+    # on what the cluster still holds, at most this many times; 0: the run stops, naming what failed
+    max_restarts: int = 0
+    # a restart may use fewer ranks than resources.*_workers when the cluster lost their room
+    # (checkpoints reshard); false: it waits for the full size, up to restart_wait_s
+    restart_shrink: bool = True
+    restart_wait_s: float = 120.0  # how long a restart waits for the cluster to hold the roles
 
 
 @dataclass
