@@ -221,13 +221,21 @@ class LLMGenerationManager:
     # --- entry points ----------------------------------------------------------------
 
     def run(
-        self, prompts: Sequence[PromptSpec], sampling: SamplingParams | None = None, n: int = 1
+        self,
+        prompts: Sequence[PromptSpec],
+        sampling: SamplingParams | None = None,
+        n: int = 1,
+        first_row: int = 0,
     ) -> RolloutResult:
         """Synchronous rollout (runs its own event loop); see ``arun``."""
-        return asyncio.run(self.arun(prompts, sampling, n))
+        return asyncio.run(self.arun(prompts, sampling, n, first_row))
 
     async def arun(
-        self, prompts: Sequence[PromptSpec], sampling: SamplingParams | None = None, n: int = 1
+        self,
+        prompts: Sequence[PromptSpec],
+        sampling: SamplingParams | None = None,
+        n: int = 1,
+        first_row: int = 0,
     ) -> RolloutResult:
         """Roll out ``n`` samples of every prompt; trajectories come back grouped per prompt
         (``[p0 s0, p0 s1, …, p1 s0, …]``).
@@ -237,6 +245,8 @@ class LLMGenerationManager:
         ``sampling.seed`` makes the rollout reproducible under either schedule: trajectory
         ``row`` (its place in the returned list) samples turn ``t`` with
         ``derive_seed(derive_seed(seed, row), t)``, a stream no other row, turn or seed shares.
+        ``first_row`` numbers the rows from there instead of 0: a rank rolling out one chunk of a
+        larger rollout draws the streams the whole rollout's rows would.
         """
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -250,7 +260,7 @@ class LLMGenerationManager:
             group_id = uuid.uuid4().hex
             for k in range(n):
                 traj = Trajectory(prompt=p, group_id=group_id, uid=f"{group_id}-{k}")
-                row_seed = None if base.seed is None else derive_seed(base.seed, len(states))
+                row_seed = None if base.seed is None else derive_seed(base.seed, first_row + len(states))
                 states.append(TrajectoryState(traj, base, row_seed, self.rules))
         dispatcher = ToolDispatcher(self.tools, self.config.tool_error_policy)
         try:

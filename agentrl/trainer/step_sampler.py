@@ -71,7 +71,7 @@ class StepSampler:
         prompts = self.loader.next_batch()
         seed = derive_seed(self.config.seed, "rollout", step)
         n = self.config.actor.rollout.n
-        pending = self.roles.actor.submit_sharded("generate_sequences", prompts, n, seed, False)
+        pending = self.roles.actor.submit_chunks("generate_sequences", prompts, n, seed, False)
         return RolloutAhead(pending, weights_version, loader_state)
 
     def generate(
@@ -82,7 +82,7 @@ class StepSampler:
         n = 1 if validate else self.config.actor.rollout.n
         parts = ("rollout", step) + (("round", round_index) if round_index else ())
         seed = None if validate else derive_seed(self.config.seed, *parts)
-        return self.roles.actor.run_sharded("generate_sequences", prompts, n, seed, validate)
+        return self.roles.actor.submit_chunks("generate_sequences", prompts, n, seed, validate).result()
 
     def generate_scored(self, prompts: list, step: int, round_index: int, timer: StepTimer) -> Scored:
         """One round of the step's rollout, scored; round 0 draws the step's own seed."""

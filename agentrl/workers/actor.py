@@ -147,21 +147,26 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         return self._rollout
 
     def generate_sequences(
-        self, prompts: list, n: int, seed: int | None = None, validate: bool = False
+        self, prompts: list, n: int, seed: int | None = None, validate: bool = False, first_index: int = 0
     ) -> RolloutResult:
         """Multi-turn rollouts of ``prompts``, ``n`` samples each: trajectories and metrics.
 
-        Each rank draws from its own seed so data-parallel shards do not sample alike.
+        ``prompts`` are the step's prompts from ``first_index`` on (``WorkerGroup.submit_chunks``):
+        sample k of the step's prompt i draws its own stream, row ``i·n + k`` of one stream for the
+        whole step, so a rollout samples the same tokens on any number of ranks, and a run resumed
+        on fewer ranks continues as it would have.
         """
         if not self.engine_link.choice.own_copy:
             self.model.eval()  # the engine generates with the training module itself
         manager = self.rollout
         synced = self.engine_link.wake()
-        rank_seed = None if seed is None else derive_seed(seed, "rank", self.rank)
+        # "rank 0": the stream of the one rank, from when every rank drew its own; kept so that a
+        # one-rank run samples exactly what it did before
+        step_seed = None if seed is None else derive_seed(seed, "rank", 0)
         sampling = rollout_sampling(
-            self.actor.rollout, greedy=validate and self.actor.rollout.val_greedy, seed=rank_seed
+            self.actor.rollout, greedy=validate and self.actor.rollout.val_greedy, seed=step_seed
         )
-        result = manager.run(prompts, sampling, n=n)
+        result = manager.run(prompts, sampling, n=n, first_row=first_index * n)
         result.add_per_rank(synced)  # the engine link's figures: this rank's, merged by their maximum
         result.add_per_rank(self.engine_link.rest())
         return result

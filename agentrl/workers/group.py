@@ -122,6 +122,11 @@ def mini_batch_shards(batch: Batch, parts: int, mini_batch_size: int) -> list[Ba
     return [Batch.concat(rank_pieces) for rank_pieces in pieces]
 
 
+def chunk_bounds(length: int, parts: int) -> list[int]:
+    """Where ``parts`` contiguous, near-equal chunks of ``length`` items start, and the end."""
+    return np.linspace(0, length, parts + 1).round().astype(int).tolist()
+
+
 def _combine(results: list[Any]) -> Any:
     first = results[0]
     if callable(getattr(type(first), "merge", None)):  # e.g. RolloutResult: the type knows how
@@ -246,9 +251,21 @@ class WorkerGroup:
 
     def submit_sharded(self, method: str, items: Sequence[Any], *args: Any, **kwargs: Any) -> Pending:
         """``run_sharded`` for a plain sequence (contiguous chunks), without waiting."""
-        bounds = np.linspace(0, len(items), self.world_size + 1).round().astype(int)
+        bounds = chunk_bounds(len(items), self.world_size)
         shards = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         return self.submit_shards(method, shards, *args, **kwargs)
+
+    def submit_chunks(self, method: str, items: Sequence[Any], *args: Any, **kwargs: Any) -> Pending:
+        """``method(chunk, *args, first_index=i)`` on each rank, without waiting: rank r gets the r-th
+        contiguous chunk of ``items`` and ``i``, its first item's place in ``items``, so whatever a
+        rank derives per item (a sample's seed) does not depend on how many ranks there are."""
+        bounds = chunk_bounds(len(items), self.world_size)
+        return Pending(
+            [
+                getattr(w, method).remote(items[a:b], *args, first_index=int(a), **kwargs)
+                for w, a, b in zip(self.workers, bounds[:-1], bounds[1:], strict=True)
+            ]
+        )
 
     def shutdown(self) -> None:
         # Best effort: the actors are killed next whatever happens here.

@@ -89,3 +89,28 @@ def test_tiny_model_rollout_invariants(hf_engine, tiny_model, tokenizer, retriev
     mask = batch["response_mask"]
     assert mask.sum() > 0
     torch.testing.assert_close(log_probs * mask, batch["rollout_log_probs"] * mask, atol=2e-4, rtol=1e-4)
+
+
+def test_a_rollout_split_into_chunks_numbered_by_first_row_samples_what_the_whole_one_does(
+    hf_engine, tokenizer, retriever_url
+):
+    """What lets N ranks sample what one rank does (``ActorWorker.generate_sequences``)."""
+    config = RolloutConfig(schedule="lockstep", max_turns=1, max_tokens_per_turn=16, max_obs_length=64)
+    manager = LLMGenerationManager(
+        hf_engine,
+        tokenizer,
+        config,
+        tools=[SearchTool(retriever_url)],
+        max_prompt_length=512,
+        max_response_length=96,
+    )
+    questions = ["What is the capital of France?", "Who wrote Emma?", "Where is Lima?", "Who is Ada?"]
+    specs = [question_prompt(tokenizer, q, index=i) for i, q in enumerate(questions)]
+    sampling = SamplingParams(max_new_tokens=16, temperature=1.0, seed=3)
+    whole = manager.run(specs, sampling, n=2).trajectories
+    chunks = manager.run(specs[:1], sampling, n=2).trajectories
+    chunks += manager.run(specs[1:], sampling, n=2, first_row=2).trajectories
+    assert [t.response_ids for t in chunks] == [t.response_ids for t in whole]
+    # without the numbering the second chunk would draw the first rows' streams again
+    unnumbered = manager.run(specs[1:], sampling, n=2).trajectories
+    assert [t.response_ids for t in unnumbered] != [t.response_ids for t in whole[2:]]

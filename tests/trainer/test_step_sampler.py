@@ -23,15 +23,30 @@ class ActorGroup:
     def __init__(self) -> None:
         self.calls: list[tuple[list[int], int, int | None, bool]] = []
 
-    def run_sharded(self, method: str, prompts: list[int], n: int, seed: int | None, validate: bool):
+    def submit_chunks(
+        self, method: str, prompts: list[int], n: int, seed: int | None, validate: bool
+    ) -> Done:
         assert method == "generate_sequences"
+        return self.generate(prompts, n, seed, validate)
+
+    def generate(self, prompts: list[int], n: int, seed: int | None, validate: bool) -> Done:
         self.calls.append((list(prompts), n, seed, validate))
         trajectories = [
             Trajectory(PromptSpec([p + 1]), f"c{len(self.calls)}-p{p}", f"{k}", [7], [Segment.MODEL], [0.0])
             for p in prompts
             for k in range(n)
         ]
-        return RolloutResult(trajectories, {"rollout/tool_calls": 1.0})
+        return Done(RolloutResult(trajectories, {"rollout/tool_calls": 1.0}))
+
+
+class Done:
+    """A rollout already collected, as ``Pending`` hands it over."""
+
+    def __init__(self, rollout: RolloutResult) -> None:
+        self.rollout = rollout
+
+    def result(self) -> RolloutResult:
+        return self.rollout
 
 
 class RewardGroup:
