@@ -34,6 +34,7 @@ from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharde
 from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
 from agentrl.rewards import DEFAULT_TOOL_TAGS
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
+from agentrl.workers.data_plane import join_group
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # fsdp: FSDP2 shards (models/sharding.py)
 DEVICES: tuple[str, ...] = get_args(Device)
@@ -102,6 +103,8 @@ class RunContext:
     tool_names: tuple[str, ...] = DEFAULT_TOOL_TAGS
     # actor.rollout.tool_format: what the reward's format check reads (agentrl.rewards.structure)
     tool_format: ToolFormat = "tags"
+    socket_ifname: str | None = None  # resources.socket_ifname: the data plane's interface (data_plane.py)
+    rendezvous_timeout_s: float = 120.0  # resources.rendezvous_timeout_s: how long ranks wait to meet
 
     def __post_init__(self) -> None:
         if len(self.tool_names) != len(self.tool_tags):
@@ -129,7 +132,18 @@ class RunContext:
             tool_tags=tuple(tool_tags),
             tool_names=tuple(tool_tags if tool_names is None else tool_names),
             tool_format=config.actor.rollout.tool_format,
+            socket_ifname=config.resources.socket_ifname,
+            rendezvous_timeout_s=config.resources.rendezvous_timeout_s,
         )
+
+
+def _node_address(master_addr: str) -> str:
+    """This worker's node address: Ray's for it on a Ray actor, else the master's (one host)."""
+    # a worker outside Ray (tests, spawned ranks) has not imported ray: no need to pay for it here
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return ray.util.get_node_ip_address()
+    return master_addr
 
 
 class Worker:
@@ -179,10 +193,19 @@ class Worker:
             from agentrl.workers.group import free_port
 
             master_port = free_port()
-        os.environ["MASTER_ADDR"] = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
-        os.environ["MASTER_PORT"] = str(master_port)
+        master_addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")
         backend = "nccl" if self.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        context = self.context
+        join_group(
+            backend,
+            rank,
+            world_size,
+            master_addr,
+            master_port,
+            node_address=_node_address(master_addr),
+            timeout_s=context.rendezvous_timeout_s,
+            configured_ifname=context.socket_ifname,
+        )
         self._owns_process_group = True
 
     def ping(self) -> int:
