@@ -1,23 +1,20 @@
 """Placing the roles on the Ray cluster: check it can hold them, reserve the resources, start the groups.
 
-Two layouts (``resources.placement``):
-
-* ``split``: every role's ranks get their own resources: rank r of the actor asks for
-  ``cpus_per_worker`` CPUs and ``num_gpus_per_worker`` GPUs, and so do the reference's and
-  the critic's ranks.
-* ``colocated`` (verl's shared resource pool): rank r of the actor, the reference and the
-  critic share one bundle of ``num_gpus_per_worker`` GPUs: each asks for its share of it.
-  The roles run one after another in a step, so they rarely compete for the GPU.
-
-Ray would wait forever for an actor it cannot place. Before any worker starts, the totals
-are compared with what the cluster has, and then the bundles are reserved with a timeout
-(they may fit in total but not per node); both failures name what is needed and what exists.
+The layouts and the rules of what fits where are ``placement_fit.py``'s. Ray would wait
+forever for an actor it cannot place, so before any worker starts the cluster's nodes are
+checked, in seconds: their totals, each bundle whole on one node, then what they have free
+now. Only then are the bundles reserved, in one placement group laid out by
+``resources.placement_strategy`` (Ray's PACK or SPREAD), with ``resources.placement_timeout_s``
+as the last bound. Each failure names what is needed and what each node has. Nodes that a
+restart must not use (``avoid``: a frozen node that Ray still counts as alive) are left out of
+the check and kept out of the group by Ray's node-id label.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, replace
 from typing import get_args
 
@@ -25,6 +22,20 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
 from agentrl.config.schema import ExperimentConfig, PlacementKind
+from agentrl.trainer.placement_fit import (
+    RAY_STRATEGIES,
+    Layout,
+    NodeRoom,
+    bundles_fit,
+    bundles_text,
+    busy_message,
+    no_room_message,
+    nodes_text,
+    plan_layout,
+    too_small_message,
+)
+from agentrl.trainer.placement_fit import fit_world_sizes as fit_world_sizes  # the supervisor's restart
+from agentrl.trainer.ray_join import join_cluster
 from agentrl.workers.actor import ActorWorker, ReferenceWorker
 from agentrl.workers.base import RunContext
 from agentrl.workers.critic import CriticWorker
@@ -32,7 +43,8 @@ from agentrl.workers.group import Placement, WorkerGroup
 from agentrl.workers.reward import RewardModelWorker, RuleRewardWorker
 
 PLACEMENTS: tuple[str, ...] = get_args(PlacementKind)
-REWARD_CPUS = 0.5
+NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its id (Ray 2.60)
+BUSY_GRACE_S = 5.0  # how long the check waits for busy resources before it says so
 
 
 @dataclass
@@ -56,86 +68,63 @@ class Roles:
             remove_placement_group(self.placement_group)
 
 
-@dataclass(frozen=True)
-class Layout:
-    """The bundles to reserve and, per role, which bundles its ranks use and what each asks for."""
-
-    bundles: list[dict[str, float]]
-    roles: dict[str, tuple[list[int], float, float]]  # role -> (bundle per rank, cpus, gpus)
-
-    def totals(self) -> tuple[float, float]:
-        cpus = sum(b.get("CPU", 0.0) for b in self.bundles) + REWARD_CPUS
-        return cpus, sum(b.get("GPU", 0.0) for b in self.bundles)
-
-    def describe(self) -> str:
-        return ", ".join(
-            f"{role} {len(b)} × ({c:g} CPU, {g:g} GPU)" for role, (b, c, g) in self.roles.items()
-        )
+def cluster_nodes(avoid: frozenset[str] = frozenset()) -> list[NodeRoom]:
+    """Each alive node of the cluster, but those in ``avoid``, with all its CPUs and GPUs."""
+    alive = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in avoid]
+    room = [(n["NodeID"], n["NodeManagerAddress"], n["Resources"]) for n in alive]
+    return [NodeRoom(node, ip, have.get("CPU", 0.0), have.get("GPU", 0.0)) for node, ip, have in room]
 
 
-def plan_layout(config: ExperimentConfig, use_critic: bool, use_reference: bool) -> Layout:
-    """The bundles and per-role requests of ``resources.placement`` (module docstring)."""
+def free_nodes(avoid: frozenset[str] = frozenset()) -> list[NodeRoom]:
+    """Each alive node of the cluster, but those in ``avoid``, with the CPUs and GPUs free on it now.
+
+    Ray 2.60 has no public per-node count of free resources: the state API's ``list_nodes``
+    gives totals only (and needs the dashboard), so this reads the developer API
+    ``ray._private.state.available_resources_per_node``, which leaves out what is at 0.
+    """
+    free = ray._private.state.available_resources_per_node()
+    return [
+        replace(n, cpus=free.get(n.node_id, {}).get("CPU", 0.0), gpus=free.get(n.node_id, {}).get("GPU", 0.0))
+        for n in cluster_nodes(avoid)
+    ]
+
+
+def ensure_cluster(config: ExperimentConfig, layout: Layout, avoid: frozenset[str] = frozenset()) -> None:
+    """Start (or join) the Ray cluster; raise, naming what is missing, unless its nodes (but
+    ``avoid``) hold ``layout``: in total, each bundle whole on a node, and with what is free now
+    (waited on for up to ``BUSY_GRACE_S``: stopped actors give their resources back a moment later)."""
     res = config.resources
-    cpu, gpu = res.cpus_per_worker, res.num_gpus_per_worker
-    ranks = {"actor": res.actor_workers}
-    if use_reference:
-        ranks["reference"] = res.actor_workers
-    if use_critic:
-        ranks["critic"] = res.critic_workers
-
-    def bundle(cpus: float) -> dict[str, float]:
-        return {"CPU": cpus, "GPU": gpu} if gpu > 0 else {"CPU": cpus}
-
-    if res.placement == "colocated":
-        share = len(ranks)
-        bundles = [bundle(cpu * share) for _ in range(max(ranks.values()))]
-        roles = {role: (list(range(n)), cpu, gpu / share) for role, n in ranks.items()}
-        return Layout(bundles, roles)
-    bundles, roles = [], {}
-    for role, n in ranks.items():
-        roles[role] = (list(range(len(bundles), len(bundles) + n)), cpu, gpu)
-        bundles += [bundle(cpu) for _ in range(n)]
-    return Layout(bundles, roles)
+    join_cluster(res.ray_address, max(math.ceil(layout.totals()[0]), res.num_cpus or os.cpu_count() or 1))
+    nodes = cluster_nodes(avoid)
+    # Ray would wait forever for an actor it cannot place; say so instead.
+    problem = too_small_message(config, layout, nodes) or no_room_message(config, layout, nodes)
+    if problem:
+        skipped = f" (not counting {len(avoid)} node(s) this start avoids)" if avoid else ""
+        raise RuntimeError(problem + skipped)
+    grace, started = min(BUSY_GRACE_S, res.placement_timeout_s), time.monotonic()
+    while not bundles_fit(layout.bundles, free := free_nodes(avoid)):
+        if time.monotonic() - started >= grace:
+            raise RuntimeError(busy_message(config, layout, nodes, free, grace))
+        time.sleep(0.25)
 
 
-def ensure_cluster(config: ExperimentConfig, layout: Layout) -> None:
-    """Start (or join) the Ray cluster; raise, naming both, if it lacks the CPUs or GPUs needed."""
+def reserve(
+    config: ExperimentConfig, layout: Layout, avoid: frozenset[str] = frozenset()
+) -> tuple[object, list[int]]:
+    """The placement group of ``layout`` (ready), on nodes other than ``avoid``, and the torch
+    threads of each bundle's workers."""
     res = config.resources
-    cpus, gpus = layout.totals()
-    if not ray.is_initialized():
-        if res.ray_address:
-            ray.init(address=res.ray_address)
-        else:
-            ray.init(
-                num_cpus=max(math.ceil(cpus), res.num_cpus or os.cpu_count() or 1),
-                include_dashboard=False,
-                log_to_driver=True,
-            )
-    have = ray.cluster_resources()
-    have_cpus, have_gpus = have.get("CPU", 0.0), have.get("GPU", 0.0)
-    if have_cpus < cpus or have_gpus < gpus:
-        # Ray would wait forever for an actor it cannot place; say so instead.
-        raise RuntimeError(
-            f"the Ray cluster has {have_cpus:g} CPUs and {have_gpus:g} GPUs; the {res.placement} placement "
-            f"needs {cpus:g} CPUs and {gpus:g} GPUs ({layout.describe()}, and {REWARD_CPUS:g} CPU for the "
-            "reward worker); lower resources.cpus_per_worker / num_gpus_per_worker / *_workers, use "
-            "resources.placement=colocated, or give the cluster more"
-        )
-
-
-def reserve(config: ExperimentConfig, layout: Layout) -> tuple[object, list[int]]:
-    """The placement group of ``layout`` (ready), and the torch threads of each bundle's workers."""
-    group = placement_group(layout.bundles, strategy="PACK")
-    timeout = config.resources.placement_timeout_s
-    ready, _ = ray.wait([group.ready()], timeout=timeout)
+    selector = [{NODE_ID_LABEL: f"!in({','.join(sorted(avoid))})"}] * len(layout.bundles) if avoid else None
+    strategy = RAY_STRATEGIES[res.placement_strategy]
+    group = placement_group(layout.bundles, strategy=strategy, bundle_label_selector=selector)
+    ready, _ = ray.wait([group.ready()], timeout=res.placement_timeout_s)
     if not ready:
         remove_placement_group(group)
-        free, total = ray.available_resources(), ray.cluster_resources()
-        have = ", ".join(f"{free.get(k, 0.0):g} of {total.get(k, 0.0):g} {k}s free" for k in ("CPU", "GPU"))
         raise RuntimeError(
-            f"the Ray cluster could not place the bundles {layout.bundles} within {timeout:g} s "
-            f"(resources.placement_timeout_s): it has {have}; each bundle must fit on one node and the "
-            "resources must be free (another run may hold them); lower the per-worker resources or add nodes"
+            f"the Ray cluster could not place the bundles {bundles_text(layout.bundles)} ({strategy}) "
+            f"within {res.placement_timeout_s:g} s (resources.placement_timeout_s), although its nodes had "
+            f"room a moment before: {nodes_text(cluster_nodes(avoid), free_nodes(avoid))}; another run may "
+            "have taken it"
         )
     return group, _threads_per_bundle(config, group, layout)
 
@@ -158,13 +147,18 @@ def _threads_per_bundle(config: ExperimentConfig, group: object, layout: Layout)
 
 
 def start_roles(
-    config: ExperimentConfig, context: RunContext, use_critic: bool, use_reference: bool
+    config: ExperimentConfig,
+    context: RunContext,
+    use_critic: bool,
+    use_reference: bool,
+    avoid: frozenset[str] = frozenset(),
 ) -> Roles:
     """Each role's worker group, built from its own config section and the run context; if one
-    fails to start, the groups already started and the reserved bundles are released."""
+    fails to start, the groups already started and the reserved bundles are released. No rank
+    (nor the reward worker) is placed on the nodes in ``avoid``."""
     layout = plan_layout(config, use_critic, use_reference)
-    ensure_cluster(config, layout)
-    group, threads = reserve(config, layout)
+    ensure_cluster(config, layout, avoid)
+    group, threads = reserve(config, layout, avoid)
     started: list[WorkerGroup] = []
 
     def start(cls: type, section: object, role: str, world_size: int, concurrency: int = 1) -> WorkerGroup:
@@ -188,7 +182,7 @@ def start_roles(
         if use_reference:
             reference = start(ReferenceWorker, config.actor, "reference", res.actor_workers)
         reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
-        reward = WorkerGroup(reward_cls, (config.reward, context), 1, REWARD_CPUS, 0.0, "reward")
+        reward = start(reward_cls, config.reward, "reward", 1)
     except BaseException:
         for worker_group in started:
             worker_group.shutdown()
