@@ -108,7 +108,7 @@ def run_mode(qs: Path, out: Path, url: str, args: argparse.Namespace, mode: str)
     import ray
 
     from agentrl.recipes.curves import read_jsonl
-    from agentrl.trainer.ppo_trainer import train_to_policy
+    from agentrl.trainer.supervisor import train_to_policy
 
     run_dir = out / mode
     shutil.rmtree(run_dir, ignore_errors=True)  # the metrics log appends: one run per directory

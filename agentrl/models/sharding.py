@@ -117,7 +117,8 @@ def save_sharded_state(directory: Path, model: nn.Module, optimizer: torch.optim
 
 
 def load_sharded_state(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Restore what ``save_sharded_state`` wrote (same world size) into ``model`` and ``optimizer``."""
+    """Restore what ``save_sharded_state`` wrote into ``model`` and ``optimizer``, at any world size:
+    ``torch.distributed.checkpoint`` reads each rank's part of the saved tensors for the layout it has."""
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     dcp.load(state, checkpoint_id=str(directory))

@@ -186,7 +186,7 @@ def evaluate_heldout(
 def train_ppo(config: Any, sft_dir: Path) -> Path:
     """Phase ``ppo``: the PPO run on Ray with the SFT model as actor, reference and critic
     initialisation; returns the last checkpoint's policy. Ray is shut down when it ends."""
-    from agentrl.trainer.ppo_trainer import train_to_policy
+    from agentrl.trainer.supervisor import train_to_policy
 
     return train_to_policy(replace(config, actor=replace(config.actor, model_path=str(sft_dir))))
 

@@ -228,7 +228,7 @@ def rl_config(
 
 
 def phase_rl(config: Any) -> dict[str, Any]:
-    from agentrl.trainer.ppo_trainer import train_to_policy
+    from agentrl.trainer.supervisor import train_to_policy
 
     model = train_to_policy(config)
     return {"model": str(model), "metrics": str(Path(config.trainer.run_dir) / "metrics.jsonl")}

@@ -46,16 +46,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
-    from agentrl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
+    from agentrl.trainer.ppo_trainer import TrainingDiverged
+    from agentrl.trainer.supervisor import RunStopped, Supervisor
 
-    trainer = PPOTrainer(config)
+    supervisor = Supervisor(config)  # restarts after a lost node when trainer.max_restarts > 0
     try:
-        trainer.fit()
+        supervisor.fit()
     except TrainingDiverged as error:
         print(f"error: training diverged: {error}", file=sys.stderr)
         return 3
+    except RunStopped as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 4
     finally:
-        trainer.shutdown()
+        supervisor.shutdown()
     return 0
 
 

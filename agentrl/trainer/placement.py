@@ -41,6 +41,7 @@ from agentrl.workers.base import RunContext
 from agentrl.workers.critic import CriticWorker
 from agentrl.workers.group import Placement, WorkerGroup
 from agentrl.workers.reward import RewardModelWorker, RuleRewardWorker
+from agentrl.workers.role_calls import CallPolicy, NodeWatch
 
 PLACEMENTS: tuple[str, ...] = get_args(PlacementKind)
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its id (Ray 2.60)
@@ -56,14 +57,21 @@ class Roles:
     reference: WorkerGroup | None
     reward: WorkerGroup
     placement_group: object | None = None
+    watch: NodeWatch | None = None  # the sentinels on the roles' nodes (role_calls)
 
     def all(self) -> list[WorkerGroup]:
         return [g for g in (self.actor, self.critic, self.reference, self.reward) if g is not None]
 
-    def shutdown(self) -> None:
-        """Stop every group and give the reserved bundles back to the cluster."""
+    def shutdown(self, graceful: bool = True) -> None:
+        """Stop every group and give the reserved bundles back to the cluster; ``graceful`` False
+        kills the actors without asking them to leave their process groups (after a failure)."""
         for group in self.all():
-            group.shutdown()
+            if graceful:
+                group.shutdown()
+            else:
+                group.kill()
+        if self.watch is not None:
+            self.watch.shutdown()
         if self.placement_group is not None:
             remove_placement_group(self.placement_group)
 
@@ -165,11 +173,13 @@ def start_roles(
         bundles, cpus, gpus = layout.roles[role]
         placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
         started.append(
-            WorkerGroup(cls, (section, context), world_size, cpus, gpus, role, placement, concurrency)
+            WorkerGroup(cls, (section, context), world_size, cpus, gpus, role, placement, concurrency, calls)
         )
         return started[-1]
 
     res = config.resources
+    # every call on every role waits under the run's deadlines, and a watch on each node they use
+    calls = CallPolicy(NodeWatch(res.node_timeout_s), res.call_timeout_s)
     try:
         # One-step-off: the actor generates the next rollout while it serves the update's calls.
         concurrency = 2 if context.overlap_rollout else 1
@@ -183,9 +193,11 @@ def start_roles(
             reference = start(ReferenceWorker, config.actor, "reference", res.actor_workers)
         reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
         reward = start(reward_cls, config.reward, "reward", 1)
+        calls.watch.add({site.node_id for worker_group in started for site in worker_group.sites})
     except BaseException:
         for worker_group in started:
             worker_group.shutdown()
+        calls.watch.shutdown()
         remove_placement_group(group)
         raise
-    return Roles(actor, critic, reference, reward, group)
+    return Roles(actor, critic, reference, reward, group, calls.watch)

@@ -51,8 +51,10 @@ class TrainingDiverged(RuntimeError):
 
 
 class PPOTrainer:
-    def __init__(self, config: ExperimentConfig) -> None:
+    def __init__(self, config: ExperimentConfig, avoid_nodes: frozenset[str] = frozenset()) -> None:
+        """``avoid_nodes``: Ray node ids no worker may be placed on (nodes a supervisor saw fail)."""
         self.config = config
+        self.avoid_nodes = avoid_nodes
         algo, actor = config.algorithm, config.actor
         self.context = RunContext.from_config(config, *check_tools(config.actor.rollout.tools))
         self.estimator = get_advantage_estimator(algo.adv_estimator)
@@ -84,7 +86,9 @@ class PPOTrainer:
 
     # --- the loop --------------------------------------------------------------------
 
-    def fit(self) -> dict[str, float]:
+    def fit(self, events: dict[str, float] | None = None) -> dict[str, float]:
+        """Train to the end of the run; ``events`` (a supervisor's restart) are logged first, at the
+        step the run resumes from."""
         self.init_workers()
         self.resume()
         trainer = self.config.trainer
@@ -95,6 +99,8 @@ class PPOTrainer:
         metrics: dict[str, float] = {}
         ahead: RolloutAhead | None = None  # one-step-off: the rollout generating during the update
         try:
+            if events:
+                tracker.log(events, self.global_step)
             if trainer.val_before_train and self.val_data is not None and self.global_step == 0:
                 tracker.log(self.validate(), step=0)
             progress = tqdm(total=trainer.total_steps, initial=self.global_step, desc="training", unit="step")
@@ -328,7 +334,11 @@ class PPOTrainer:
 
     def init_workers(self) -> None:
         self.roles = start_roles(
-            self.config, self.context, self.use_critic, self.use_reference and not self.reference_in_actor
+            self.config,
+            self.context,
+            self.use_critic,
+            self.use_reference and not self.reference_in_actor,
+            avoid=self.avoid_nodes,
         )
         grouped = self.estimator.needs_groups
         self.sampler = StepSampler(self.config, self.roles, self.tokenizer, self.loader, grouped)
@@ -375,26 +385,8 @@ class PPOTrainer:
             self.roles.critic.run_all("load_checkpoint", str(path))
         tqdm.write(f"resumed from {path} at step {self.global_step}")
 
-    def shutdown(self) -> None:
+    def shutdown(self, graceful: bool = True) -> None:
+        """Release the workers; ``graceful`` False kills them at once (after a failure)."""
         if self.roles is not None:
-            self.roles.shutdown()
-
-
-def train_to_policy(config: ExperimentConfig) -> Path:
-    """Run ``fit()`` on a fresh trainer, then release its workers and Ray (whatever happened);
-    returns the policy directory (``…/actor``) evaluation reads: the best checkpoint's under
-    ``trainer.keep_best_by``, else the last one's."""
-    import ray
-
-    trainer = PPOTrainer(config)
-    try:
-        trainer.fit()
-        ranked = trainer.checkpoints.best() if config.trainer.keep_best_by else None
-        final = ranked or trainer.checkpoints.latest()
-    finally:
-        trainer.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
-    if final is None:
-        raise RuntimeError(f"{config.trainer.run_dir}: training finished without a checkpoint to evaluate")
-    return final / "actor"
+            self.roles.shutdown(graceful)
+            self.roles = None

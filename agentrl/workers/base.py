@@ -211,6 +211,12 @@ class Worker:
     def ping(self) -> int:
         return self.rank
 
+    def where(self) -> tuple[str, str]:
+        """The Ray node this worker runs on: its id and its address (what a failure names)."""
+        import ray  # only ever called on a Ray actor
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
     def shutdown(self) -> None:
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
@@ -347,11 +353,17 @@ class TrainableWorker(ModelWorker):
             torch.save(local | {"optimizer": self.optimizer.state_dict()}, path / f"{name}_training_state.pt")
 
     def load_training_state(self, directory: str, name: str) -> None:
-        """What ``save_training_state`` wrote (fsdp: same world size; the weights come back too)."""
+        """What ``save_training_state`` wrote, at any world size (fsdp: the weights come back too).
+
+        Under fsdp the distributed checkpoint reshards the model and optimiser to this group's
+        layout, and rank r reads rank r's schedule, shuffle and RNG state; a rank the writing run
+        did not have (a larger group) reads rank 0's, so its shuffles repeat rank 0's order. A run
+        a supervisor restarts on fewer nodes resumes this way."""
         path = Path(directory)
         if self.context.strategy == "fsdp":
             load_sharded_state(path / f"{name}_sharded", self.model, self.optimizer)
-            state = torch.load(path / f"{name}_rank{self.rank}_state.pt", weights_only=False)
+            own = path / f"{name}_rank{self.rank}_state.pt"
+            state = torch.load(own if own.exists() else path / f"{name}_rank0_state.pt", weights_only=False)
         else:
             state = torch.load(path / f"{name}_training_state.pt", weights_only=False)
             self.optimizer.load_state_dict(state["optimizer"])

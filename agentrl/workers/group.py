@@ -14,7 +14,7 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ import ray
 import torch
 
 from agentrl.core.batch import Batch
+from agentrl.workers.role_calls import CallPolicy, RankSite, gather
 
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -147,12 +148,13 @@ def _combine(results: list[Any]) -> Any:
 class Pending:
     """Results of a method submitted to every rank and not yet collected (``submit_sharded``)."""
 
-    def __init__(self, refs: list[Any]) -> None:
+    def __init__(self, refs: list[Any], collect: Callable[[list[Any]], list[Any]] = ray.get) -> None:
         self._refs = refs
+        self._collect = collect
 
     def result(self) -> Any:
         """Wait for every rank and reassemble (as ``run_shards`` does)."""
-        return _combine(ray.get(self._refs))
+        return _combine(self._collect(self._refs))
 
 
 @dataclass(frozen=True)
@@ -181,13 +183,16 @@ class WorkerGroup:
         name: str = "worker",
         placement: Placement | None = None,
         max_concurrency: int = 1,
+        calls: CallPolicy | None = None,
     ) -> None:
         """``worker_cls(*args, rank, world_size, master_port, master_addr)`` on each of
         ``world_size`` Ray actors (``args``: the role's config section and the run context),
         placed by ``placement`` when given. ``max_concurrency`` > 1 lets a submitted method
-        (``submit_sharded``) run on each actor while the driver calls others."""
+        (``submit_sharded``) run on each actor while the driver calls others. ``calls``: the
+        deadlines every call is waited on under (``role_calls.gather``); none by default."""
         self.name = name
         self.world_size = world_size
+        self.calls = calls or CallPolicy()
         addr = port = None
         if world_size > 1:
             rendezvous = ray.remote(num_cpus=0)(_rendezvous)
@@ -207,13 +212,19 @@ class WorkerGroup:
                 threads = placement.torch_threads[rank]
             remote_cls = ray.remote(worker_cls).options(runtime_env=worker_runtime_env(threads), **options)
             self.workers.append(remote_cls.remote(*args, rank, world_size, port, addr))
-        ray.get([w.ping.remote() for w in self.workers])  # surface constructor errors here, by role
+        # surface constructor errors here, by role; and where each rank runs, for failures to name
+        located = ray.get([w.where.remote() for w in self.workers])
+        self.sites = [RankSite(rank, node, address) for rank, (node, address) in enumerate(located)]
+
+    def gather(self, refs: list[Any], method: str) -> list[Any]:
+        """The results of ``refs`` (refs[r] from rank r), waited on under this group's deadlines."""
+        return gather(refs, self.sites[: len(refs)], self.name, method, self.calls)
 
     def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return ray.get([getattr(w, method).remote(*args, **kwargs) for w in self.workers])
+        return self.gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers], method)
 
     def run_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return ray.get(getattr(self.workers[0], method).remote(*args, **kwargs))
+        return self.gather([getattr(self.workers[0], method).remote(*args, **kwargs)], method)[0]
 
     def run_sharded(self, method: str, items: Batch | Sequence, *args: Any, **kwargs: Any) -> Any:
         """Split ``items`` across ranks, run ``method(shard, *args)`` on each, reassemble.
@@ -242,12 +253,9 @@ class WorkerGroup:
         """``run_shards`` without waiting: the results come from ``Pending.result()``."""
         if len(shards) != self.world_size:
             raise ValueError(f"{len(shards)} shards for a {self.name} group of {self.world_size} ranks")
-        return Pending(
-            [
-                getattr(w, method).remote(shard, *args, **kwargs)
-                for w, shard in zip(self.workers, shards, strict=True)
-            ]
-        )
+        workers = zip(self.workers, shards, strict=True)
+        refs = [getattr(w, method).remote(shard, *args, **kwargs) for w, shard in workers]
+        return Pending(refs, lambda done: self.gather(done, method))
 
     def submit_sharded(self, method: str, items: Sequence[Any], *args: Any, **kwargs: Any) -> Pending:
         """``run_sharded`` for a plain sequence (contiguous chunks), without waiting."""
@@ -260,16 +268,20 @@ class WorkerGroup:
         contiguous chunk of ``items`` and ``i``, its first item's place in ``items``, so whatever a
         rank derives per item (a sample's seed) does not depend on how many ranks there are."""
         bounds = chunk_bounds(len(items), self.world_size)
-        return Pending(
-            [
-                getattr(w, method).remote(items[a:b], *args, first_index=int(a), **kwargs)
-                for w, a, b in zip(self.workers, bounds[:-1], bounds[1:], strict=True)
-            ]
-        )
+        refs = [
+            getattr(w, method).remote(items[a:b], *args, first_index=int(a), **kwargs)
+            for w, a, b in zip(self.workers, bounds[:-1], bounds[1:], strict=True)
+        ]
+        return Pending(refs, lambda done: self.gather(done, method))
 
     def shutdown(self) -> None:
         # Best effort: the actors are killed next whatever happens here.
         with contextlib.suppress(Exception):
             ray.get([w.shutdown.remote() for w in self.workers], timeout=30)
+        self.kill()
+
+    def kill(self) -> None:
+        """Stop the actors at once, without their own shutdown: after a failure, a rank may hang in
+        a collective whose peer is gone, or sit on a node that no longer answers."""
         for worker in self.workers:
             ray.kill(worker)

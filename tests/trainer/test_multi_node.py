@@ -1,0 +1,188 @@
+"""Training on two Ray nodes, and losing one: a real two-node cluster on loopback addresses.
+
+The cluster is started with docs/scaling.md's commands (token authentication on; the trainer finds
+the token itself), the head on 127.0.0.2 and the worker node on 127.0.0.3, two CPUs each; the
+actor's two ranks are spread over both nodes (``resources.placement_strategy=spread``). Each run is
+``python -m agentrl.trainer.main`` in its own process, as a user starts it. The reference is the
+same run on one rank of a local cluster: a rollout samples the same tokens on any number of ranks
+and N ranks take the optimiser step one rank takes, so the weights must agree across nodes too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from support.loopback_cluster import WORKER_IP, LoopbackCluster
+
+pytestmark = pytest.mark.slow  # a Ray cluster of two nodes and several short training runs
+
+STEPS = 3
+ATOL = 1e-5  # float summation order differs between one and two ranks; a step moves weights ~1e-4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    started = LoopbackCluster(tmp_path_factory.mktemp("cluster", numbered=True)).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def overrides(world, run_dir: Path, cluster: LoopbackCluster | None, **extra: object) -> list[str]:
+    settings = {
+        "actor.rollout.n": 2,
+        # one mini-batch of the step's 8 trajectories: each rank shuffles its own shard before a
+        # pass (actor.update.shuffle), so with several mini-batches N ranks would group rows unlike one
+        "actor.update.mini_batch_size": 8,
+        "actor.use_kl_loss": "false",
+        "resources.torch_threads": 1,
+        "trainer.save_freq": 1,
+        "trainer.logger": "[jsonl]",
+    }
+    if cluster is not None:
+        settings |= {
+            "resources.ray_address": cluster.address,
+            "resources.actor_workers": 2,
+            "resources.placement_strategy": "spread",
+        }
+    return world.overrides(run_dir, steps=STEPS, **(settings | extra))
+
+
+def launch(world, run_dir: Path, cluster: LoopbackCluster | None, **extra: object) -> subprocess.Popen:
+    """The trainer's CLI in its own process; with a cluster, the token is found where it was put
+    (RAY_AUTH_TOKEN_PATH) and RAY_AUTH_MODE is left unset, as in a user's shell."""
+    env = cluster.env(token_mode=False) if cluster is not None else dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [sys.executable, "-m", "agentrl.trainer.main", "--preset", "grpo"]
+    log = (run_dir.parent / f"{run_dir.name}.log").open("w")
+    return subprocess.Popen(
+        command + overrides(world, run_dir, cluster, **extra), env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+
+
+def finish(process: subprocess.Popen, run_dir: Path, timeout: float = 600) -> tuple[int, str]:
+    code = process.wait(timeout=timeout)
+    return code, (run_dir.parent / f"{run_dir.name}.log").read_text()
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(run_dir / "checkpoints" / f"step_{STEPS}" / "actor" / "model.safetensors")
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_weights(run: Path, reference: Path) -> None:
+    got, want = final_weights(run), final_weights(reference)
+    assert got.keys() == want.keys()
+    worst = max((got[k] - want[k]).abs().max().item() for k in want)
+    assert worst < ATOL, f"{run.name}: weights differ from the one-rank run by up to {worst:.2e}"
+
+
+def last_error(log: str) -> str:
+    """The trainer's own last word (``error: …``), not a line of Ray's logging."""
+    return [line for line in log.splitlines() if line.startswith("error: ")][-1]
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, f"the run ended before {path} was written"
+        assert time.monotonic() < deadline, f"{path} not written within {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def one_rank(search_world, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference: the same run on one rank of a local cluster."""
+    run_dir = tmp_path_factory.mktemp("one_rank") / "run"
+    code, log = finish(launch(search_world, run_dir, None, **{"resources.num_cpus": 2}), run_dir)
+    assert code == 0, log[-3000:]
+    return run_dir
+
+
+@pytest.mark.parametrize("strategy", ["dp", "fsdp"])
+def test_two_ranks_on_two_nodes_end_with_the_one_rank_weights(
+    search_world, cluster, one_rank, tmp_path, strategy
+):
+    run_dir = tmp_path / strategy
+    code, log = finish(launch(search_world, run_dir, cluster, **{"resources.strategy": strategy}), run_dir)
+    assert code == 0, log[-3000:]
+    assert [row["step"] for row in metrics(run_dir)] == [1, 2, 3]
+    assert_same_weights(run_dir, one_rank)
+
+
+def test_a_lost_node_is_restarted_from_the_last_checkpoint_on_the_remaining_node(
+    search_world, cluster, one_rank, tmp_path
+):
+    run_dir = tmp_path / "restarted"
+    process = launch(
+        search_world, run_dir, cluster, **{"trainer.max_restarts": 1, "resources.node_timeout_s": 5}
+    )
+    try:
+        wait_for(run_dir / "checkpoints" / "step_1" / "COMPLETE", process)
+        killed = cluster.kill_node(WORKER_IP)  # step 2 is under way
+        assert killed, "the worker node's processes were not found"
+        code, log = finish(process, run_dir)
+    finally:
+        process.kill()
+        cluster.replace_worker()
+    assert code == 0, log[-3000:]
+    rows = metrics(run_dir)
+    restarts = [row for row in rows if "supervisor/restarts" in row]
+    assert len(restarts) == 1, rows
+    assert restarts[0]["supervisor/resumed_step"] == 1 and restarts[0]["supervisor/actor_workers"] == 1
+    assert [row["step"] for row in rows if "supervisor/restarts" not in row][-2:] == [2, 3]
+    assert f"on node {WORKER_IP}" in log and "restart 1/1" in log
+    # step 2 was trained once, from step 1's checkpoint, on one rank: as the one-rank run did
+    assert_same_weights(run_dir, one_rank)
+
+
+def test_without_restarts_a_lost_node_stops_the_run_naming_role_rank_node_and_checkpoint(
+    search_world, cluster, tmp_path
+):
+    run_dir = tmp_path / "stopped"
+    process = launch(search_world, run_dir, cluster, **{"resources.node_timeout_s": 5})
+    try:
+        wait_for(run_dir / "checkpoints" / "step_1" / "COMPLETE", process)
+        cluster.kill_node(WORKER_IP)
+        killed_at = time.monotonic()
+        code, log = finish(process, run_dir, timeout=120)
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        process.kill()
+        cluster.replace_worker()
+    assert code == 4, log[-3000:]
+    error = last_error(log)
+    assert "actor rank 1" in error and f"on node {WORKER_IP}" in error, error
+    assert f"{run_dir}/checkpoints/step_1" in error and "trainer.max_restarts=0" in error, error
+    assert stopped_after < 60, f"the run took {stopped_after:.0f} s to stop"
+
+
+def test_a_frozen_node_is_found_within_the_node_timeout(search_world, cluster, tmp_path):
+    run_dir = tmp_path / "frozen"
+    process = launch(search_world, run_dir, cluster, **{"resources.node_timeout_s": 5})
+    try:
+        wait_for(run_dir / "checkpoints" / "step_1" / "COMPLETE", process)
+        cluster.freeze_node(WORKER_IP)
+        frozen_at = time.monotonic()
+        code, log = finish(process, run_dir, timeout=120)
+        stopped_after = time.monotonic() - frozen_at
+    finally:
+        process.kill()
+        cluster.replace_worker()
+    assert code == 4, log[-3000:]
+    error = last_error(log)
+    assert f"on node {WORKER_IP} stopped answering" in error, error
+    # Ray's own heartbeat takes about a minute; the node watch answers within its timeout
+    assert stopped_after < 5 + 20, f"the frozen node was found after {stopped_after:.0f} s"
