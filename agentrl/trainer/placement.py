@@ -20,6 +20,7 @@ from typing import get_args
 
 import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+from tqdm import tqdm
 
 from agentrl.config.schema import ExperimentConfig, PlacementKind
 from agentrl.trainer.placement_fit import (
@@ -148,10 +149,15 @@ def _threads_per_bundle(config: ExperimentConfig, group: object, layout: Layout)
     per_node: dict[str, int] = {}
     for bundle in range(min(busiest, len(layout.bundles))):
         per_node[node_of[bundle]] = per_node.get(node_of[bundle], 0) + 1
-    return [
+    threads = [
         max(1, int(cores.get(node_of[i], 1) // per_node.get(node_of[i], 1)))
         for i in range(len(layout.bundles))
     ]
+    for bundle in layout.roles.get("reward", ([], 0, 0))[0]:
+        threads[bundle] = (
+            1  # as Ray gives a fractional-CPU actor outside a bundle: it scores beside a rollout
+        )
+    return threads
 
 
 def start_roles(
@@ -194,6 +200,9 @@ def start_roles(
         reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
         reward = start(reward_cls, config.reward, "reward", 1)
         calls.watch.add({site.node_id for worker_group in started for site in worker_group.sites})
+        for worker_group in started:  # where every rank landed: a user's first check on a cluster
+            ranks = ", ".join(f"rank {s.rank} on {s.address}" for s in worker_group.sites)
+            tqdm.write(f"placed {worker_group.name}: {ranks}")
     except BaseException:
         for worker_group in started:
             worker_group.shutdown()

@@ -80,6 +80,7 @@ class PPOTrainer:
             dynamic_sampling=algo.dynamic_sampling.enable,
         )
         self.global_step = 0
+        self.last_checkpoint: Path | None = None  # the newest this run resumed from or wrote
         self.roles: Roles | None = None
         self.sampler: StepSampler | None = None  # with the roles (init_workers)
         self.budget = TimeBudget(config.trainer.time_budget_minutes)  # fit()'s time, across resumes
@@ -365,7 +366,8 @@ class PPOTrainer:
         info: dict = {"experiment": self.config.trainer.experiment_name}
         if score is not None:
             info |= {"score": score, "score_metric": self.config.trainer.keep_best_by}
-        return self.checkpoints.commit(partial, self.global_step, info)
+        self.last_checkpoint = self.checkpoints.commit(partial, self.global_step, info)
+        return self.last_checkpoint
 
     def resume(self) -> None:
         mode = self.config.trainer.resume_mode
@@ -383,6 +385,7 @@ class PPOTrainer:
         self.roles.actor.run_all("load_checkpoint", str(path))
         if self.use_critic:
             self.roles.critic.run_all("load_checkpoint", str(path))
+        self.last_checkpoint = path
         tqdm.write(f"resumed from {path} at step {self.global_step}")
 
     def shutdown(self, graceful: bool = True) -> None:

@@ -88,13 +88,17 @@ class Supervisor:
             try:
                 return self.trainer.fit(events)
             except RoleFailure as failure:
-                checkpoint = self.trainer.checkpoints.latest()
+                # this run's newest (a stale one in run_dir is not), or the one the attempt resumed
+                checkpoint = self.trainer.last_checkpoint or (
+                    self.restarts[-1].checkpoint if self.restarts else None
+                )
                 self.trainer.shutdown(graceful=False)
                 if len(self.restarts) >= limit:
                     raise RunStopped(
                         stopped_message(failure, checkpoint, len(self.restarts), limit)
                     ) from failure
-                self.avoid.add(failure.node_id)
+                if failure.node_lost:  # a rank's own process may die on a healthy node (memory)
+                    self.avoid.add(failure.node_id)
                 config = self.restart_config(failure, checkpoint)
                 events = self.restarts[-1].metrics()
 

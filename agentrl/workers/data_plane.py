@@ -76,7 +76,8 @@ def interface_env(node_address: str, configured: str | None) -> dict[str, str]:
     holds that address (gloo then binds the address the hostname resolves to)."""
     if configured is not None:
         interfaces = sorted(psutil.net_if_addrs())
-        missing = [name for name in configured.split(",") if name.strip() not in interfaces]
+        names = [name.strip() for name in configured.split(",")]
+        missing = [name for name in names if name not in interfaces]
         if missing:
             raise ValueError(
                 f"resources.socket_ifname={configured!r}: no interface {missing[0]!r} on this host "
@@ -84,7 +85,7 @@ def interface_env(node_address: str, configured: str | None) -> dict[str, str]:
                 "Name one of these (the same name must exist on every node), or set it to null to use "
                 "the interface that holds each node's address"
             )
-        return {variable: configured for variable in IFNAME_VARIABLES}
+        return {variable: ",".join(names) for variable in IFNAME_VARIABLES}
     unset = [variable for variable in IFNAME_VARIABLES if not os.environ.get(variable)]
     if not unset:
         return {}
@@ -151,7 +152,14 @@ def join_group(
             "NCCL_SOCKET_IFNAME) names the interface on the network the nodes share, and that all "
             f"{world_size} ranks started (a slow start needs a longer resources.rendezvous_timeout_s)"
         ) from error
-    # torch's own defaults (NCCL 10 min, others 30 min); NCCL's is None in a build without NCCL
-    dist.distributed_c10d._set_pg_timeout(
-        (backend == "nccl" and default_pg_nccl_timeout) or default_pg_timeout
-    )
+    # torch's own defaults (NCCL 10 min, others 30 min); NCCL's is None in a build without NCCL.
+    # Both setters are private torch API: where a torch lacks one, the rendezvous deadline stays.
+    default = (backend == "nccl" and default_pg_nccl_timeout) or default_pg_timeout
+    c10d = dist.distributed_c10d
+    if hasattr(c10d, "_set_pg_timeout"):
+        c10d._set_pg_timeout(default)
+    # the store keeps the deadline it was made with; NCCL swaps its connection ids through it at the
+    # first collective, which a rank still loading a large model may reach minutes after its peers
+    store = c10d._get_default_store() if hasattr(c10d, "_get_default_store") else None
+    if store is not None and hasattr(store, "set_timeout"):
+        store.set_timeout(default)

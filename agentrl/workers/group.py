@@ -24,7 +24,7 @@ import ray
 import torch
 
 from agentrl.core.batch import Batch
-from agentrl.workers.role_calls import CallPolicy, RankSite, gather
+from agentrl.workers.role_calls import LOST, CallPolicy, RankSite, RoleFailure, gather
 
 WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
@@ -213,8 +213,20 @@ class WorkerGroup:
             remote_cls = ray.remote(worker_cls).options(runtime_env=worker_runtime_env(threads), **options)
             self.workers.append(remote_cls.remote(*args, rank, world_size, port, addr))
         # surface constructor errors here, by role; and where each rank runs, for failures to name
-        located = ray.get([w.where.remote() for w in self.workers])
-        self.sites = [RankSite(rank, node, address) for rank, (node, address) in enumerate(located)]
+        self.sites = [
+            self._locate(rank, ref) for rank, ref in enumerate([w.where.remote() for w in self.workers])
+        ]
+
+    def _locate(self, rank: int, ref: Any) -> RankSite:
+        """Where rank ``rank`` runs; a rank lost while starting (its node died) is a ``RoleFailure``
+        as a lost rank later is, so a supervisor's restart that loses a node too restarts again."""
+        try:
+            node, address = ray.get(ref)
+        except LOST as error:
+            site = RankSite(rank, "", "(not known: it was lost while starting)")
+            what = f"was lost while starting ({type(error).__name__})"
+            raise RoleFailure(self.name, site, "__init__", what) from error
+        return RankSite(rank, node, address)
 
     def gather(self, refs: list[Any], method: str) -> list[Any]:
         """The results of ``refs`` (refs[r] from rank r), waited on under this group's deadlines."""

@@ -41,10 +41,15 @@ class RankSite:
 
 
 class RoleFailure(RuntimeError):
-    """A rank of a role was lost (its node died or stopped answering), or a call ran past its deadline."""
+    """A rank of a role was lost (its node died or stopped answering), or a call ran past its deadline.
 
-    def __init__(self, role: str, site: RankSite, method: str, what: str) -> None:
+    ``node_lost``: the rank's node itself is gone or silent (a restart must keep off it), not only
+    the rank's process (killed alone, e.g. for memory) or a call that ran too long.
+    """
+
+    def __init__(self, role: str, site: RankSite, method: str, what: str, node_lost: bool = False) -> None:
         self.role, self.site, self.method, self.what = role, site, method, what
+        self.node_lost = node_lost
         super().__init__(f"{role} rank {site.rank} on node {site.address} {what} (during {method})")
 
     @property
@@ -98,7 +103,12 @@ class NodeWatch:
             if ray.wait([ref], timeout=0)[0]:
                 try:
                     ray.get(ref)
-                except LOST as error:
+                except ActorUnavailableError:  # Ray's "not now": ask again, silence counting on
+                    self._pings[node] = (self._sentinels[node].ping.remote(), sent)
+                    if now - sent > self.node_timeout_s:
+                        return node, f"stopped answering for {now - sent:.1f} s (its watch is unreachable)"
+                    continue
+                except RayActorError as error:
                     return node, f"was lost: the node's watch died ({type(error).__name__})"
                 if now - sent >= PING_EVERY_S:  # answered: ask again, at most once a second
                     self._pings[node] = (self._sentinels[node].ping.remote(), now)
@@ -108,6 +118,18 @@ class NodeWatch:
                     f"(resources.node_timeout_s={self.node_timeout_s:g})"
                 )
         return None
+
+    def answers(self, node_id: str) -> bool:
+        """Whether the node's sentinel answers a ping within ``node_timeout_s`` (blocks up to that);
+        a node not watched counts as answering (nothing says it is gone)."""
+        sentinel = self._sentinels.get(node_id)
+        if sentinel is None:
+            return True
+        try:
+            ray.get(sentinel.ping.remote(), timeout=self.node_timeout_s)
+        except (LOST, ray.exceptions.GetTimeoutError):
+            return False
+        return True
 
     def shutdown(self) -> None:
         for sentinel in self._sentinels.values():
@@ -137,16 +159,19 @@ def gather(refs: list[Any], sites: list[RankSite], role: str, method: str, polic
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-        for ref in ready:
+        raised: list[tuple[Any, RayTaskError]] = []
+        for ref in ready:  # every ready rank first: a lost one is the failure, whatever else raised
             try:
                 results[where[ref]] = ray.get(ref)
             except LOST as error:
-                raise RoleFailure(role, sites[where[ref]], method, _lost(error)) from error
+                raise _lost_rank(role, sites[where[ref]], method, error, policy) from error
             except RayTaskError as error:
-                culprit = _culprit([sites[where[r]] for r in pending], pending, role, method, policy)
-                if culprit is not None:
-                    raise culprit from error
-                raise
+                raised.append((ref, error))
+        if raised:
+            culprit = _culprit([sites[where[r]] for r in pending], pending, role, method, policy)
+            if culprit is not None:
+                raise culprit from raised[0][1]
+            raise raised[0][1]
         failure = _check(pending, [sites[where[r]] for r in pending], role, method, policy, start)
         if failure is not None:
             raise failure
@@ -163,7 +188,7 @@ def _check(
         lost = policy.watch.lost({site.node_id for site in sites})
         if lost is not None:
             node, why = lost
-            return RoleFailure(role, next(s for s in sites if s.node_id == node), method, why)
+            return RoleFailure(role, next(s for s in sites if s.node_id == node), method, why, node_lost=True)
     limit = policy.call_timeout_s
     if limit is not None and time.monotonic() - start > limit:
         what = f"did not finish within resources.call_timeout_s={limit:g}"
@@ -188,7 +213,7 @@ def _culprit(
             try:
                 ray.get(ref)
             except LOST as error:
-                return RoleFailure(role, site, method, _lost(error))
+                return _lost_rank(role, site, method, error, policy)
             except RayTaskError:
                 pass
         sites = [sites[pending.index(r)] for r in pending_now]
@@ -197,9 +222,17 @@ def _culprit(
             lost = policy.watch.lost({site.node_id for site in sites})
             if lost is not None:
                 node, why = lost
-                return RoleFailure(role, next(s for s in sites if s.node_id == node), method, why)
+                return RoleFailure(
+                    role, next(s for s in sites if s.node_id == node), method, why, node_lost=True
+                )
     return None
 
 
-def _lost(error: BaseException) -> str:
-    return f"was lost: its actor died or became unreachable ({type(error).__name__})"
+def _lost_rank(
+    role: str, site: RankSite, method: str, error: BaseException, policy: CallPolicy
+) -> RoleFailure:
+    """The failure of a rank whose actor died: its node is lost too unless the node still answers."""
+    node_lost = policy.watch is None or not policy.watch.answers(site.node_id)
+    where = "with its node" if node_lost else "its node still answers"
+    what = f"was lost: its actor died or became unreachable ({type(error).__name__}; {where})"
+    return RoleFailure(role, site, method, what, node_lost=node_lost)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,12 +21,15 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from support.loopback_cluster import WORKER_IP, LoopbackCluster
+from support.loopback_cluster import HEAD_IP, WORKER_IP, LoopbackCluster
 
 pytestmark = pytest.mark.slow  # a Ray cluster of two nodes and several short training runs
 
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
-ATOL = 1e-5  # float summation order differs between one and two ranks; a step moves weights ~1e-4
+# Adam moves a weight ~lr (1e-3) a step, so a step applied twice or lost differs by ~1e-3; the sum
+# order of one and two ranks differs by ~1e-5 where a gradient is near Adam's eps (measured 1.07e-5)
+ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +51,9 @@ def overrides(world, run_dir: Path, cluster: LoopbackCluster | None, **extra: ob
         "resources.torch_threads": 1,
         "trainer.save_freq": 1,
         "trainer.logger": "[jsonl]",
+        # a reward a random policy earns now and then: groups differ, so every step moves the weights
+        "reward.scorer": "tests.trainer.scorers:letter_e_scorer",
+        "actor.optim.lr": 1e-3,  # Adam moves a weight by about lr a step: far above the tolerance
     }
     if cluster is not None:
         settings |= {
@@ -65,7 +72,11 @@ def launch(world, run_dir: Path, cluster: LoopbackCluster | None, **extra: objec
     command = [sys.executable, "-m", "agentrl.trainer.main", "--preset", "grpo"]
     log = (run_dir.parent / f"{run_dir.name}.log").open("w")
     return subprocess.Popen(
-        command + overrides(world, run_dir, cluster, **extra), env=env, stdout=log, stderr=subprocess.STDOUT
+        command + overrides(world, run_dir, cluster, **extra),
+        env=env,
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -82,11 +93,20 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def assert_same_weights(run: Path, reference: Path) -> None:
-    got, want = final_weights(run), final_weights(reference)
+def assert_same_weights(run: Path, reference: Path, start: Path) -> None:
+    got, want, initial = final_weights(run), final_weights(reference), load_file(start / "model.safetensors")
     assert got.keys() == want.keys()
     worst = max((got[k] - want[k]).abs().max().item() for k in want)
+    moved = max((want[k] - initial[k]).abs().max().item() for k in want)
+    assert moved > 10 * ATOL, f"the one-rank run moved its weights by only {moved:.2e}: nothing to compare"
+    print(f"{run.name}: weights differ from the one-rank run by up to {worst:.2e} (moved {moved:.2e})")
     assert worst < ATOL, f"{run.name}: weights differ from the one-rank run by up to {worst:.2e}"
+
+
+def placed(log: str, role: str = "actor") -> dict[int, str]:
+    """Each rank's node address, from the trainer's ``placed <role>: rank r on ADDR, …`` line."""
+    line = next(line for line in log.splitlines() if line.startswith(f"placed {role}: "))
+    return {int(rank): address for rank, address in re.findall(r"rank (\d+) on ([\d.]+)", line)}
 
 
 def last_error(log: str) -> str:
@@ -108,6 +128,7 @@ def one_rank(search_world, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("one_rank") / "run"
     code, log = finish(launch(search_world, run_dir, None, **{"resources.num_cpus": 2}), run_dir)
     assert code == 0, log[-3000:]
+    assert min(row["signal/tied_group_share"] for row in metrics(run_dir)) < 1, "no step had a signal"
     return run_dir
 
 
@@ -118,8 +139,9 @@ def test_two_ranks_on_two_nodes_end_with_the_one_rank_weights(
     run_dir = tmp_path / strategy
     code, log = finish(launch(search_world, run_dir, cluster, **{"resources.strategy": strategy}), run_dir)
     assert code == 0, log[-3000:]
+    assert sorted(placed(log).values()) == [HEAD_IP, WORKER_IP], "the actor's ranks must be on both nodes"
     assert [row["step"] for row in metrics(run_dir)] == [1, 2, 3]
-    assert_same_weights(run_dir, one_rank)
+    assert_same_weights(run_dir, one_rank, search_world.model_dir)
 
 
 def test_a_lost_node_is_restarted_from_the_last_checkpoint_on_the_remaining_node(
@@ -145,7 +167,7 @@ def test_a_lost_node_is_restarted_from_the_last_checkpoint_on_the_remaining_node
     assert [row["step"] for row in rows if "supervisor/restarts" not in row][-2:] == [2, 3]
     assert f"on node {WORKER_IP}" in log and "restart 1/1" in log
     # step 2 was trained once, from step 1's checkpoint, on one rank: as the one-rank run did
-    assert_same_weights(run_dir, one_rank)
+    assert_same_weights(run_dir, one_rank, search_world.model_dir)
 
 
 def test_without_restarts_a_lost_node_stops_the_run_naming_role_rank_node_and_checkpoint(
@@ -164,8 +186,10 @@ def test_without_restarts_a_lost_node_stops_the_run_naming_role_rank_node_and_ch
         cluster.replace_worker()
     assert code == 4, log[-3000:]
     error = last_error(log)
-    assert "actor rank 1" in error and f"on node {WORKER_IP}" in error, error
+    lost = next(rank for rank, address in placed(log).items() if address == WORKER_IP)
+    assert f"actor rank {lost} on node {WORKER_IP}" in error, error
     assert f"{run_dir}/checkpoints/step_1" in error and "trainer.max_restarts=0" in error, error
+    print(f"lost node: the run stopped {stopped_after:.1f} s after the kill")
     assert stopped_after < 60, f"the run took {stopped_after:.0f} s to stop"
 
 
@@ -184,5 +208,6 @@ def test_a_frozen_node_is_found_within_the_node_timeout(search_world, cluster, t
     assert code == 4, log[-3000:]
     error = last_error(log)
     assert f"on node {WORKER_IP} stopped answering" in error, error
+    print(f"frozen node: the run stopped {stopped_after:.1f} s after the freeze")
     # Ray's own heartbeat takes about a minute; the node watch answers within its timeout
     assert stopped_after < 5 + 20, f"the frozen node was found after {stopped_after:.0f} s"

@@ -70,6 +70,16 @@ def test_a_rank_whose_actor_dies_is_named_even_when_its_peer_raised_first(local_
     failure = caught.value
     assert (failure.role, failure.site.rank, failure.method) == ("actor", 1, "update_actor")
     assert "actor rank 1 on node 10.0.0.1 was lost" in str(failure)
+    assert not failure.node_lost, "only the process died: its node still answers, a restart may use it"
+
+
+def test_a_lost_rank_ready_in_the_same_poll_as_its_peers_error_is_still_the_failure(local_ray):
+    ranks = [Rank.remote(r) for r in range(2)]
+    ray.kill(ranks[1])
+    refs = [ranks[0].fail.remote("Connection closed by peer"), ranks[1].value.remote(0.0)]
+    ray.wait(refs, num_returns=2, timeout=10)  # both are done before the call is waited on
+    with pytest.raises(RoleFailure, match="actor rank 1 on node 10.0.0.1 was lost"):
+        gather(refs, sites(2), "actor", "update_actor", CallPolicy(NodeWatch(node_timeout_s=2.0)))
 
 
 def test_an_error_the_method_raises_is_not_taken_for_a_lost_node(local_ray):
@@ -81,6 +91,7 @@ def test_an_error_the_method_raises_is_not_taken_for_a_lost_node(local_ray):
 
 def test_a_call_past_its_deadline_names_the_first_rank_still_running(local_ray):
     ranks = [Rank.remote(r) for r in range(2)]
+    ray.get([rank.value.remote() for rank in ranks])  # both started: only rank 1's call is slow
     refs = [ranks[0].value.remote(0.0), ranks[1].value.remote(20.0)]
     start = time.monotonic()
     with pytest.raises(RoleFailure, match=r"critic rank 1 on node 10\.0\.0\.1 did not finish within "):
@@ -102,9 +113,12 @@ def test_a_node_whose_watch_stops_answering_is_lost_after_the_node_timeout(local
     try:
         rank = Rank.remote(0)
         start = time.monotonic()
-        with pytest.raises(RoleFailure, match=r"actor rank 0 on node 10\.0\.0\.0 stopped answering"):
+        with pytest.raises(
+            RoleFailure, match=r"actor rank 0 on node 10\.0\.0\.0 stopped answering"
+        ) as caught:
             gather([rank.value.remote(30.0)], sites(1), "actor", "generate_sequences", CallPolicy(watch))
         assert 2.0 <= time.monotonic() - start < 6.0
+        assert caught.value.node_lost
     finally:
         os.kill(pid, signal.SIGCONT)
         watch.shutdown()
