@@ -392,4 +392,3 @@ class PPOTrainer:
         """Release the workers; ``graceful`` False kills them at once (after a failure)."""
         if self.roles is not None:
             self.roles.shutdown(graceful)
-            self.roles = None

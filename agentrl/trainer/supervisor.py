@@ -88,25 +88,29 @@ class Supervisor:
             try:
                 return self.trainer.fit(events)
             except RoleFailure as failure:
+                failed, self.trainer = self.trainer, None  # released here, not again by shutdown()
                 # this run's newest (a stale one in run_dir is not), or the one the attempt resumed
-                checkpoint = self.trainer.last_checkpoint or (
+                checkpoint = failed.last_checkpoint or (
                     self.restarts[-1].checkpoint if self.restarts else None
                 )
-                self.trainer.shutdown(graceful=False)
+                failed.shutdown(graceful=False)
                 if len(self.restarts) >= limit:
                     raise RunStopped(
                         stopped_message(failure, checkpoint, len(self.restarts), limit)
                     ) from failure
                 if failure.node_lost:  # a rank's own process may die on a healthy node (memory)
                     self.avoid.add(failure.node_id)
-                config = self.restart_config(failure, checkpoint)
+                config = self.restart_config(failure, checkpoint, failed)
                 events = self.restarts[-1].metrics()
 
-    def restart_config(self, failure: RoleFailure, checkpoint: Path | None) -> ExperimentConfig:
-        """The config of the next attempt: world sizes the cluster holds now, resuming ``checkpoint``."""
-        trainer, settings = self.trainer, self.config.trainer
-        reference = trainer.use_reference and not trainer.reference_in_actor
-        sized = self.wait_for_room(trainer.use_critic, reference)
+    def restart_config(
+        self, failure: RoleFailure, checkpoint: Path | None, failed: PPOTrainer
+    ) -> ExperimentConfig:
+        """The config of the next attempt: world sizes the cluster holds now (for the roles ``failed``
+        ran), resuming ``checkpoint``."""
+        settings = self.config.trainer
+        reference = failed.use_reference and not failed.reference_in_actor
+        sized = self.wait_for_room(failed.use_critic, reference)
         if sized is None:
             message = stopped_message(failure, checkpoint, len(self.restarts), settings.max_restarts)
             size = "" if settings.restart_shrink else " at their full size (trainer.restart_shrink=false)"
