@@ -127,7 +127,7 @@ class NodeWatch:
             return True
         try:
             ray.get(sentinel.ping.remote(), timeout=self.node_timeout_s)
-        except (LOST, ray.exceptions.GetTimeoutError):
+        except (*LOST, ray.exceptions.GetTimeoutError):
             return False
         return True
 

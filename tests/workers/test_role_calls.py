@@ -122,3 +122,16 @@ def test_a_node_whose_watch_stops_answering_is_lost_after_the_node_timeout(local
     finally:
         os.kill(pid, signal.SIGCONT)
         watch.shutdown()
+
+
+def test_a_node_whose_watch_died_does_not_answer_and_one_alive_does(local_ray):
+    node = ray.get_runtime_context().get_node_id()
+    watch = NodeWatch(node_timeout_s=2.0)
+    watch.add({node})
+    try:
+        assert watch.answers(node)
+        (sentinel,) = watch._sentinels.values()
+        ray.kill(sentinel)
+        assert not watch.answers(node)
+    finally:
+        watch.shutdown()
