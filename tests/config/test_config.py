@@ -219,6 +219,7 @@ def test_every_owner_derives_its_choices_from_the_schema():
     from agentrl.models.loading import DTYPES
     from agentrl.models.optim import LR_SCHEDULES
     from agentrl.trainer.placement import PLACEMENTS
+    from agentrl.trainer.placement_fit import RAY_STRATEGIES
     from agentrl.trainer.tracking import LOGGERS
     from agentrl.workers.base import DEVICES, STRATEGIES
 
@@ -229,6 +230,7 @@ def test_every_owner_derives_its_choices_from_the_schema():
         schema.DtypeName: tuple(DTYPES),
         schema.LrSchedule: LR_SCHEDULES,
         schema.PlacementKind: PLACEMENTS,
+        schema.PlacementStrategy: tuple(RAY_STRATEGIES),
         schema.LoggerName: LOGGERS,
         schema.Device: DEVICES,
         schema.Strategy: STRATEGIES,
