@@ -16,7 +16,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from agentrl.config.schema import ExperimentConfig
 
-__all__ = ["ConfigError", "check_choice", "literal_choices", "validate_config"]
+__all__ = ["ConfigError", "check_choice", "literal_choices", "ranks_divide", "validate_config"]
 
 
 class ConfigError(ValueError):
@@ -28,6 +28,15 @@ def check_choice(problems: list[str], key: str, value: Any, choices: list[str] |
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         problems.append(f"config key '{key}' must be one of {list(choices)}, got '{value}'{hint}")
+
+
+def ranks_divide(cfg: ExperimentConfig, role: str, workers: int) -> bool:
+    """Whether ``workers`` ranks of ``role`` ("actor" or "critic") divide the step's trajectories
+    and the role's mini-batch: data-parallel ranks must run the same number of optimiser steps,
+    or their gradient all-reduces would wait on each other forever."""
+    trajectories = cfg.data.train_batch_size * cfg.actor.rollout.n
+    mini = getattr(cfg, role).update.mini_batch_size
+    return workers == 1 or (trajectories % workers == 0 and mini % workers == 0)
 
 
 def validate_config(cfg: ExperimentConfig, check_files: bool = True) -> None:
@@ -275,9 +284,7 @@ def _check_layout(cfg: ExperimentConfig, problems: list[str]) -> None:
     trajectories = cfg.data.train_batch_size * rollout.n
     for role, workers in (("actor", cfg.resources.actor_workers), ("critic", cfg.resources.critic_workers)):
         mini = getattr(cfg, role).update.mini_batch_size
-        # Data-parallel ranks must run the same number of optimiser steps, or their
-        # gradient all-reduces would wait on each other forever.
-        if workers > 1 and (trajectories % workers or mini % workers):
+        if not ranks_divide(cfg, role, workers):
             problems.append(
                 f"resources.{role}_workers={workers} must divide both the trajectories per step "
                 f"(data.train_batch_size × actor.rollout.n = {trajectories}) "

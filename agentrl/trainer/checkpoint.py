@@ -23,6 +23,12 @@ COMPLETE_MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """The step a checkpoint directory (``step_N``) holds; None for any other name."""
+    match = _STEP_DIR.match(path.name)
+    return int(match.group(1)) if match else None
+
+
 def rank_score(metrics: dict[str, float], key: str) -> float:
     """A step's value of ``trainer.keep_best_by`` (``key``), the rank of its checkpoint."""
     if key not in metrics:
@@ -62,9 +68,9 @@ class CheckpointManager:
             return []
         found = []
         for child in self.root.iterdir():
-            match = _STEP_DIR.match(child.name)
-            if match and (child / COMPLETE_MARKER).is_file():
-                found.append((int(match.group(1)), child))
+            step = checkpoint_step(child)
+            if step is not None and (child / COMPLETE_MARKER).is_file():
+                found.append((step, child))
         return sorted(found)
 
     def latest(self) -> Path | None:

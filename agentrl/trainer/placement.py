@@ -153,10 +153,9 @@ def _threads_per_bundle(config: ExperimentConfig, group: object, layout: Layout)
         max(1, int(cores.get(node_of[i], 1) // per_node.get(node_of[i], 1)))
         for i in range(len(layout.bundles))
     ]
+    # as Ray gives a fractional-CPU actor outside a bundle: the reward scores beside a rollout
     for bundle in layout.roles.get("reward", ([], 0, 0))[0]:
-        threads[bundle] = (
-            1  # as Ray gives a fractional-CPU actor outside a bundle: it scores beside a rollout
-        )
+        threads[bundle] = 1
     return threads
 
 

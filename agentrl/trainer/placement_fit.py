@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import get_args
 
+from agentrl.config.checks import ranks_divide
 from agentrl.config.schema import ExperimentConfig, PlacementStrategy
 
 REWARD_CPUS = 0.5
@@ -200,13 +201,6 @@ def busy_message(
     )
 
 
-def _divides(config: ExperimentConfig, role: str, workers: int) -> bool:
-    """The config check's rule (config/checks.py): ranks divide the step's trajectories and the mini-batch."""
-    trajectories = config.data.train_batch_size * config.actor.rollout.n
-    mini = getattr(config, role).update.mini_batch_size
-    return workers == 1 or (trajectories % workers == 0 and mini % workers == 0)
-
-
 def fit_world_sizes(
     config: ExperimentConfig, use_critic: bool, use_reference: bool, nodes: list[NodeRoom]
 ) -> ExperimentConfig | None:
@@ -216,12 +210,12 @@ def fit_world_sizes(
     For a restart on what a cluster still holds (checkpoints reshard to the new world size)."""
     res = config.resources
     for actor in range(res.actor_workers, 0, -1):
-        if not _divides(config, "actor", actor):
+        if not ranks_divide(config, "actor", actor):
             continue
         if res.placement == "colocated":
-            critics = [actor] if _divides(config, "critic", actor) else []
+            critics = [actor] if ranks_divide(config, "critic", actor) else []
         elif use_critic:
-            critics = [c for c in range(res.critic_workers, 0, -1) if _divides(config, "critic", c)]
+            critics = [c for c in range(res.critic_workers, 0, -1) if ranks_divide(config, "critic", c)]
         else:
             critics = [res.critic_workers]  # unused: kept as configured
         for critic in critics:

@@ -22,6 +22,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from agentrl.config.schema import ExperimentConfig
+from agentrl.trainer.checkpoint import checkpoint_step
 from agentrl.trainer.placement import fit_world_sizes, free_nodes
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.workers.role_calls import RoleFailure
@@ -59,7 +60,7 @@ def stopped_message(failure: RoleFailure, checkpoint: Path | None, restarts: int
     if checkpoint is None:
         resume = "no checkpoint was complete yet: a new run starts from step 0"
     else:
-        step = checkpoint.name.removeprefix("step_")
+        step = checkpoint_step(checkpoint)
         resume = (
             f"the last complete checkpoint is {checkpoint} (step {step}); resume from it with "
             "trainer.resume_mode=auto (the default) once the cluster can hold the roles"
@@ -120,7 +121,7 @@ class Supervisor:
             )
         resume = str(checkpoint) if checkpoint is not None else self.config.trainer.resume_mode
         sized = replace(sized, trainer=replace(sized.trainer, resume_mode=resume))
-        step = int(checkpoint.name.removeprefix("step_")) if checkpoint is not None else 0
+        step = checkpoint_step(checkpoint) if checkpoint is not None else 0
         restart = Restart(
             len(self.restarts) + 1,
             str(failure),
