@@ -8,7 +8,6 @@ token's weight in the gradient shows.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import torch
@@ -18,6 +17,7 @@ from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss
 from agentrl.workers.base import RunContext, TrainableWorker
 from agentrl.workers.group import free_port
+from tests.support.spawned_ranks import spawn_ranks
 
 FEATURES = 3
 
@@ -87,20 +87,12 @@ def _rank_main(rank: int, world_size: int, port: int, shard: Batch, kwargs: dict
 
 def run_ranks(shards: list[Batch], **kwargs: Any) -> list[dict[str, Any]]:
     """``LinearWorker.update`` on ``len(shards)`` gloo ranks, one process each; results by rank."""
-    context = mp.get_context("spawn")
-    queue = context.Queue()
     port = free_port()
-    processes = [
-        context.Process(target=_rank_main, args=(rank, len(shards), port, shard, kwargs, queue))
-        for rank, shard in enumerate(shards)
+    args = [(rank, len(shards), port, shard, kwargs) for rank, shard in enumerate(shards)]
+    return [
+        {key: torch.tensor(value) for key, value in result.items()}
+        for result in spawn_ranks(_rank_main, args)
     ]
-    for process in processes:
-        process.start()
-    results = dict(queue.get(timeout=120) for _ in processes)
-    for process in processes:
-        process.join(timeout=60)
-        assert process.exitcode == 0, f"rank process exited with {process.exitcode}"
-    return [{key: torch.tensor(value) for key, value in results[rank].items()} for rank in range(len(shards))]
 
 
 def run_single(batch: Batch, **kwargs: Any) -> dict[str, Any]:

@@ -3,7 +3,6 @@ a spawned child imports this module only, not the workers' model stack)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from agentrl.workers.data_plane import IFNAME_VARIABLES, join_group
+from tests.support.spawned_ranks import spawn_ranks
 
 
 def _rank_main(rank: int, world_size: int, master_addr: str, port: int, queue: Any) -> None:
@@ -36,16 +36,4 @@ def _rank_main(rank: int, world_size: int, master_addr: str, port: int, queue: A
 
 def meet(world_size: int, master_addr: str, port: int) -> list[dict[str, Any]]:
     """Each rank's all_reduce of ``rank + 1``, its GLOO_SOCKET_IFNAME and its group's timeout, by rank."""
-    spawn = mp.get_context("spawn")
-    queue = spawn.Queue()
-    ranks = [
-        spawn.Process(target=_rank_main, args=(r, world_size, master_addr, port, queue))
-        for r in range(world_size)
-    ]
-    for process in ranks:
-        process.start()
-    results = dict(queue.get(timeout=120) for _ in ranks)
-    for process in ranks:
-        process.join(timeout=60)
-        assert process.exitcode == 0, f"rank process exited with {process.exitcode}"
-    return [results[rank] for rank in range(world_size)]
+    return spawn_ranks(_rank_main, [(r, world_size, master_addr, port) for r in range(world_size)])

@@ -122,6 +122,24 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 300) -> Non
         time.sleep(0.2)
 
 
+def fault_in_step_2(
+    world, cluster: LoopbackCluster, run_dir: Path, fault, timeout: float = 120, **extra: object
+) -> tuple[int, str, float]:
+    """Start a run, apply ``fault`` to the worker node once step 1's checkpoint is complete (step 2
+    is under way), and wait for the run to end: its exit code, its log and the seconds from the
+    fault to the end. The worker node is replaced afterwards, whatever happened."""
+    process = launch(world, run_dir, cluster, **extra)
+    try:
+        wait_for(run_dir / "checkpoints" / "step_1" / "COMPLETE", process)
+        assert fault(WORKER_IP), "the worker node's processes were not found"
+        faulted_at = time.monotonic()
+        code, log = finish(process, run_dir, timeout=timeout)
+        return code, log, time.monotonic() - faulted_at
+    finally:
+        process.kill()
+        cluster.replace_worker()
+
+
 @pytest.fixture(scope="module")
 def one_rank(search_world, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference: the same run on one rank of a local cluster."""
@@ -148,17 +166,8 @@ def test_a_lost_node_is_restarted_from_the_last_checkpoint_on_the_remaining_node
     search_world, cluster, one_rank, tmp_path
 ):
     run_dir = tmp_path / "restarted"
-    process = launch(
-        search_world, run_dir, cluster, **{"trainer.max_restarts": 1, "resources.node_timeout_s": 5}
-    )
-    try:
-        wait_for(run_dir / "checkpoints" / "step_1" / "COMPLETE", process)
-        killed = cluster.kill_node(WORKER_IP)  # step 2 is under way
-        assert killed, "the worker node's processes were not found"
-        code, log = finish(process, run_dir)
-    finally:
-        process.kill()
-        cluster.replace_worker()
+    settings = {"trainer.max_restarts": 1, "resources.node_timeout_s": 5}
+    code, log, _ = fault_in_step_2(search_world, cluster, run_dir, cluster.kill_node, timeout=600, **settings)
     assert code == 0, log[-3000:]
     rows = metrics(run_dir)
     restarts = [row for row in rows if "supervisor/restarts" in row]
@@ -174,16 +183,9 @@ def test_without_restarts_a_lost_node_stops_the_run_naming_role_rank_node_and_ch
     search_world, cluster, tmp_path
 ):
     run_dir = tmp_path / "stopped"
-    process = launch(search_world, run_dir, cluster, **{"resources.node_timeout_s": 5})
-    try:
-        wait_for(run_dir / "checkpoints" / "step_1" / "COMPLETE", process)
-        cluster.kill_node(WORKER_IP)
-        killed_at = time.monotonic()
-        code, log = finish(process, run_dir, timeout=120)
-        stopped_after = time.monotonic() - killed_at
-    finally:
-        process.kill()
-        cluster.replace_worker()
+    code, log, stopped_after = fault_in_step_2(
+        search_world, cluster, run_dir, cluster.kill_node, **{"resources.node_timeout_s": 5}
+    )
     assert code == 4, log[-3000:]
     error = last_error(log)
     lost = next(rank for rank, address in placed(log).items() if address == WORKER_IP)
@@ -195,16 +197,9 @@ def test_without_restarts_a_lost_node_stops_the_run_naming_role_rank_node_and_ch
 
 def test_a_frozen_node_is_found_within_the_node_timeout(search_world, cluster, tmp_path):
     run_dir = tmp_path / "frozen"
-    process = launch(search_world, run_dir, cluster, **{"resources.node_timeout_s": 5})
-    try:
-        wait_for(run_dir / "checkpoints" / "step_1" / "COMPLETE", process)
-        cluster.freeze_node(WORKER_IP)
-        frozen_at = time.monotonic()
-        code, log = finish(process, run_dir, timeout=120)
-        stopped_after = time.monotonic() - frozen_at
-    finally:
-        process.kill()
-        cluster.replace_worker()
+    code, log, stopped_after = fault_in_step_2(
+        search_world, cluster, run_dir, cluster.freeze_node, **{"resources.node_timeout_s": 5}
+    )
     assert code == 4, log[-3000:]
     error = last_error(log)
     assert f"on node {WORKER_IP} stopped answering" in error, error
