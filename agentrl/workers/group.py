@@ -146,9 +146,10 @@ def _combine(results: list[Any]) -> Any:
 
 
 class Pending:
-    """Results of a method submitted to every rank and not yet collected (``submit_sharded``)."""
+    """Results of a method submitted to every rank and not yet collected (``submit_sharded``);
+    ``collect`` waits for them (the group's ``gather``, under its deadlines)."""
 
-    def __init__(self, refs: list[Any], collect: Callable[[list[Any]], list[Any]] = ray.get) -> None:
+    def __init__(self, refs: list[Any], collect: Callable[[list[Any]], list[Any]]) -> None:
         self._refs = refs
         self._collect = collect
 
