@@ -177,8 +177,11 @@ def start_roles(
     def start(cls: type, section: object, role: str, world_size: int, concurrency: int = 1) -> WorkerGroup:
         bundles, cpus, gpus = layout.roles[role]
         placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
+        taken = frozenset(g.port for g in started if g.port is not None)
         started.append(
-            WorkerGroup(cls, (section, context), world_size, cpus, gpus, role, placement, concurrency, calls)
+            WorkerGroup(
+                cls, (section, context), world_size, cpus, gpus, role, placement, concurrency, calls, taken
+            )
         )
         return started[-1]
 
@@ -198,6 +201,9 @@ def start_roles(
             reference = start(ReferenceWorker, config.actor, "reference", res.actor_workers)
         reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
         reward = start(reward_cls, config.reward, "reward", 1)
+        # every role was asked for before any is waited on: their workers import and load together
+        for worker_group in started:
+            worker_group.wait_started()
         calls.watch.add({site.node_id for worker_group in started for site in worker_group.sites})
         for worker_group in started:  # where every rank landed: a user's first check on a cluster
             ranks = ", ".join(f"rank {s.rank} on {s.address}" for s in worker_group.sites)

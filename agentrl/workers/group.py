@@ -74,9 +74,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _rendezvous() -> tuple[str, int]:
-    """This node's address and a free port on it (run where rank 0 will run)."""
-    return ray.util.get_node_ip_address(), free_port("")
+def _rendezvous(avoid: frozenset[int] = frozenset()) -> tuple[str, int]:
+    """This node's address and a free port on it that is not in ``avoid`` (run where rank 0 will
+    run). ``avoid``: the ports of the run's groups that start beside this one and may not have
+    bound theirs yet."""
+    port = free_port("")
+    while port in avoid:
+        port = free_port("")
+    return ray.util.get_node_ip_address(), port
 
 
 def balanced_partition(weights: Sequence[float], parts: int) -> list[list[int]]:
@@ -185,12 +190,17 @@ class WorkerGroup:
         placement: Placement | None = None,
         max_concurrency: int = 1,
         calls: CallPolicy | None = None,
+        avoid_ports: frozenset[int] = frozenset(),
     ) -> None:
         """``worker_cls(*args, rank, world_size, master_port, master_addr)`` on each of
         ``world_size`` Ray actors (``args``: the role's config section and the run context),
         placed by ``placement`` when given. ``max_concurrency`` > 1 lets a submitted method
         (``submit_sharded``) run on each actor while the driver calls others. ``calls``: the
-        deadlines every call is waited on under (``role_calls.gather``); none by default."""
+        deadlines every call is waited on under (``role_calls.gather``); none by default.
+        ``avoid_ports``: rendezvous ports of groups started beside this one, not to be reused.
+
+        The ranks are asked for here and start in the background; ``wait_started`` waits for
+        them."""
         self.name = name
         self.world_size = world_size
         self.calls = calls or CallPolicy()
@@ -199,7 +209,8 @@ class WorkerGroup:
             rendezvous = ray.remote(num_cpus=0)(_rendezvous)
             if placement is not None:
                 rendezvous = rendezvous.options(scheduling_strategy=placement.strategy(0))
-            addr, port = ray.get(rendezvous.remote())
+            addr, port = ray.get(rendezvous.remote(avoid_ports))
+        self.port = port  # the rendezvous port, or None for one rank
         self.workers = []
         for rank in range(world_size):
             options: dict[str, Any] = {
@@ -213,10 +224,16 @@ class WorkerGroup:
                 threads = placement.torch_threads[rank]
             remote_cls = ray.remote(worker_cls).options(runtime_env=worker_runtime_env(threads), **options)
             self.workers.append(remote_cls.remote(*args, rank, world_size, port, addr))
-        # surface constructor errors here, by role; and where each rank runs, for failures to name
-        self.sites = [
-            self._locate(rank, ref) for rank, ref in enumerate([w.where.remote() for w in self.workers])
-        ]
+        # asked now, waited on in ``wait_started``: the groups of a run start side by side
+        self._where = [w.where.remote() for w in self.workers]
+        self.sites: list[RankSite] = []
+
+    def wait_started(self) -> WorkerGroup:
+        """Wait until every rank is constructed and record where it runs (``sites``, for failures
+        to name). A constructor's error surfaces here, by role. Until then the ranks start in the
+        background, so a run's roles start together rather than one after another."""
+        self.sites = [self._locate(rank, ref) for rank, ref in enumerate(self._where)]
+        return self
 
     def _locate(self, rank: int, ref: Any) -> RankSite:
         """Where rank ``rank`` runs; a rank lost while starting (its node died) is a ``RoleFailure``
@@ -231,6 +248,8 @@ class WorkerGroup:
 
     def gather(self, refs: list[Any], method: str) -> list[Any]:
         """The results of ``refs`` (refs[r] from rank r), waited on under this group's deadlines."""
+        if len(self.sites) < len(refs):
+            raise RuntimeError(f"{self.name}: call wait_started() before calling its ranks")
         return gather(refs, self.sites[: len(refs)], self.name, method, self.calls)
 
     def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
