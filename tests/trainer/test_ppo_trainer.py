@@ -242,18 +242,31 @@ FSDP = {
     "resources.num_cpus": 8,
 }
 STRATEGIES = [pytest.param({}, id="dp"), pytest.param(FSDP, id="fsdp-2-ranks")]
+# every run of the resume tests checkpoints each step and dumps its trajectories
+CHECKPOINTED = {"trainer.save_freq": 1, "trainer.dump_trajectories": True}
+
+
+@pytest.fixture(scope="module", params=STRATEGIES)
+def strategy(request) -> dict:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def straight(search_world, tmp_path_factory, strategy) -> Path:
+    """The uninterrupted 3-step run of ``strategy``, trained once for both resume tests."""
+    ray.shutdown()
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    run("ppo", search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy))
+    return run_dir
 
 
 def _final_actor_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(CheckpointManager(run_dir).latest() / "actor" / "model.safetensors")
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path, strategy):
+def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path, strategy, straight):
     ray.shutdown()
-    common = {"trainer.save_freq": 1, "trainer.dump_trajectories": True, **strategy}
-    straight = tmp_path / "straight"
-    run("ppo", search_world.overrides(straight, steps=3, **common))
+    common = {**CHECKPOINTED, **strategy}
     resumed = tmp_path / "resumed"
     run("ppo", search_world.overrides(resumed, steps=2, **common))
     run("ppo", search_world.overrides(resumed, steps=3, **common))  # resume_mode=auto picks up step_2
@@ -282,11 +295,12 @@ def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path, strateg
         assert all(r["actor/engine_sleep_freed_mb"] > 0 and "actor/weight_sync_s" in r for r in rows)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_world, tmp_path, strategy):
+def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(
+    search_world, tmp_path, strategy, straight
+):
     ray.shutdown()
     run_dir = tmp_path / "killed"
-    args = search_world.overrides(run_dir, steps=3, **{"trainer.save_freq": 1, **strategy})
+    args = search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     script = REPO / "tests" / "support" / "slow_checkpoint_trainer.py"
     log = tmp_path / "killed_trainer.log"  # twice a silent child hid a TypeError: keep its words
@@ -315,8 +329,6 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(search_w
     manager = CheckpointManager(run_dir)
     assert [step for step, _ in manager.complete_checkpoints()] == [1]
     assert partial.exists() and not (partial / "COMPLETE").exists()
-    straight = tmp_path / "straight"
-    run("ppo", search_world.overrides(straight, steps=3, **{"trainer.save_freq": 1, **strategy}))
     trainer, _, _ = run("ppo", args)
     assert trainer.global_step == 3
     assert [step for step, _ in manager.complete_checkpoints()] == [2, 3]
