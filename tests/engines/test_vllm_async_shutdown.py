@@ -20,7 +20,10 @@ pytestmark = [
 def test_shutdown_reports_no_dead_engine_and_leaves_no_task_pending(tiny_dir, capfd, caplog):
     from agentrl.engines.vllm_async import AsyncVLLMEngine
 
-    engine = AsyncVLLMEngine(tiny_dir, max_batch_size=4, dtype="float32", max_model_len=256)
+    # eager: the shutdown does not depend on compiled graphs, which cost ~28 s a start on CPU
+    engine = AsyncVLLMEngine(
+        tiny_dir, max_batch_size=4, dtype="float32", max_model_len=256, enforce_eager=True
+    )
     result = asyncio.run(engine.generate([5, 6, 7], SamplingParams(max_new_tokens=4, greedy=True)))
     assert result.token_ids
     loop = engine._loop  # the engine's own loop: what is still scheduled there after shutdown
