@@ -40,7 +40,7 @@ from agentrl.trainer.ray_join import join_cluster
 from agentrl.workers.actor import ActorWorker, ReferenceWorker
 from agentrl.workers.base import RunContext
 from agentrl.workers.critic import CriticWorker
-from agentrl.workers.group import Placement, WorkerGroup
+from agentrl.workers.group import Placement, WorkerGroup, wait_all_started
 from agentrl.workers.reward import RewardModelWorker, RuleRewardWorker
 from agentrl.workers.role_calls import CallPolicy, NodeWatch
 
@@ -177,7 +177,7 @@ def start_roles(
     def start(cls: type, section: object, role: str, world_size: int, concurrency: int = 1) -> WorkerGroup:
         bundles, cpus, gpus = layout.roles[role]
         placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
-        taken = frozenset(g.port for g in started if g.port is not None)
+        taken = frozenset(g.port for g in started)
         started.append(
             WorkerGroup(
                 cls, (section, context), world_size, cpus, gpus, role, placement, concurrency, calls, taken
@@ -202,15 +202,14 @@ def start_roles(
         reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
         reward = start(reward_cls, config.reward, "reward", 1)
         # every role was asked for before any is waited on: their workers import and load together
-        for worker_group in started:
-            worker_group.wait_started()
+        wait_all_started(started)
         calls.watch.add({site.node_id for worker_group in started for site in worker_group.sites})
         for worker_group in started:  # where every rank landed: a user's first check on a cluster
             ranks = ", ".join(f"rank {s.rank} on {s.address}" for s in worker_group.sites)
             tqdm.write(f"placed {worker_group.name}: {ranks}")
     except BaseException:
-        for worker_group in started:
-            worker_group.shutdown()
+        for worker_group in started:  # some may still be starting: a shutdown call would queue
+            worker_group.kill()
         calls.watch.shutdown()
         remove_placement_group(group)
         raise

@@ -204,13 +204,13 @@ class WorkerGroup:
         self.name = name
         self.world_size = world_size
         self.calls = calls or CallPolicy()
-        addr = port = None
-        if world_size > 1:
-            rendezvous = ray.remote(num_cpus=0)(_rendezvous)
-            if placement is not None:
-                rendezvous = rendezvous.options(scheduling_strategy=placement.strategy(0))
-            addr, port = ray.get(rendezvous.remote(avoid_ports))
-        self.port = port  # the rendezvous port, or None for one rank
+        # Chosen here for one rank too (FSDP makes a process group even of one), so that no two
+        # groups starting together can pick the same port before either has bound it.
+        rendezvous = ray.remote(num_cpus=0)(_rendezvous)
+        if placement is not None:
+            rendezvous = rendezvous.options(scheduling_strategy=placement.strategy(0))
+        addr, port = ray.get(rendezvous.remote(avoid_ports))
+        self.port = port  # the rendezvous port
         self.workers = []
         for rank in range(world_size):
             options: dict[str, Any] = {
@@ -229,18 +229,20 @@ class WorkerGroup:
         self.sites: list[RankSite] = []
 
     def wait_started(self) -> WorkerGroup:
-        """Wait until every rank is constructed and record where it runs (``sites``, for failures
-        to name). A constructor's error surfaces here, by role. Until then the ranks start in the
-        background, so a run's roles start together rather than one after another."""
-        self.sites = [self._locate(rank, ref) for rank, ref in enumerate(self._where)]
+        """``wait_all_started`` for this group alone."""
+        wait_all_started([self])
         return self
 
     def _locate(self, rank: int, ref: Any) -> RankSite:
         """Where rank ``rank`` runs; a rank lost while starting (its node died) is a ``RoleFailure``
-        as a lost rank later is, so a supervisor's restart that loses a node too restarts again."""
+        as a lost rank later is, so a supervisor's restart that loses a node too restarts again. A
+        constructor that raised is a ``RuntimeError`` naming role and rank: a restart would fail
+        the same way."""
         try:
             node, address = ray.get(ref)
         except LOST as error:
+            if getattr(error, "actor_init_failed", False):  # its constructor raised: not a lost node
+                raise RuntimeError(f"{self.name} rank {rank} failed to start: {error}") from error
             site = RankSite(rank, "", "(not known: it was lost while starting)")
             what = f"was lost while starting ({type(error).__name__})"
             raise RoleFailure(self.name, site, "__init__", what) from error
@@ -248,14 +250,19 @@ class WorkerGroup:
 
     def gather(self, refs: list[Any], method: str) -> list[Any]:
         """The results of ``refs`` (refs[r] from rank r), waited on under this group's deadlines."""
-        if len(self.sites) < len(refs):
-            raise RuntimeError(f"{self.name}: call wait_started() before calling its ranks")
         return gather(refs, self.sites[: len(refs)], self.name, method, self.calls)
 
+    def _check_started(self) -> None:
+        # before a call is sent: a call sent to ranks nobody waited for would run unobserved
+        if len(self.sites) < self.world_size:
+            raise RuntimeError(f"{self.name}: call wait_started() before calling its ranks")
+
     def run_all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        self._check_started()
         return self.gather([getattr(w, method).remote(*args, **kwargs) for w in self.workers], method)
 
     def run_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        self._check_started()
         return self.gather([getattr(self.workers[0], method).remote(*args, **kwargs)], method)[0]
 
     def run_sharded(self, method: str, items: Batch | Sequence, *args: Any, **kwargs: Any) -> Any:
@@ -283,6 +290,7 @@ class WorkerGroup:
 
     def submit_shards(self, method: str, shards: Sequence[Any], *args: Any, **kwargs: Any) -> Pending:
         """``run_shards`` without waiting: the results come from ``Pending.result()``."""
+        self._check_started()
         if len(shards) != self.world_size:
             raise ValueError(f"{len(shards)} shards for a {self.name} group of {self.world_size} ranks")
         workers = zip(self.workers, shards, strict=True)
@@ -299,6 +307,7 @@ class WorkerGroup:
         """``method(chunk, *args, first_index=i)`` on each rank, without waiting: rank r gets the r-th
         contiguous chunk of ``items`` and ``i``, its first item's place in ``items``, so whatever a
         rank derives per item (a sample's seed) does not depend on how many ranks there are."""
+        self._check_started()
         bounds = chunk_bounds(len(items), self.world_size)
         refs = [
             getattr(w, method).remote(items[a:b], *args, first_index=int(a), **kwargs)
@@ -317,3 +326,17 @@ class WorkerGroup:
         a collective whose peer is gone, or sit on a node that no longer answers."""
         for worker in self.workers:
             ray.kill(worker)
+
+
+def wait_all_started(groups: Sequence[WorkerGroup]) -> None:
+    """Wait until every rank of ``groups`` is constructed and record where each runs (each group's
+    ``sites``, for failures to name). The first constructor to fail is raised as soon as it does,
+    by role, whichever group it is in; until then the ranks of all groups start side by side."""
+    pending = {ref: (group, rank) for group in groups for rank, ref in enumerate(group._where)}
+    found: dict[int, dict[int, RankSite]] = {id(group): {} for group in groups}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        group, rank = pending.pop(ready[0])
+        found[id(group)][rank] = group._locate(rank, ready[0])
+    for group in groups:
+        group.sites = [found[id(group)][rank] for rank in range(group.world_size)]

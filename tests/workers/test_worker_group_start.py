@@ -10,7 +10,8 @@ import pytest
 import ray
 
 from agentrl.workers import group as group_module
-from agentrl.workers.group import WorkerGroup
+from agentrl.workers.group import WorkerGroup, wait_all_started
+from agentrl.workers.role_calls import RoleFailure
 
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
@@ -56,6 +57,36 @@ def test_two_groups_are_constructed_together_and_answer_once_waited_for(local_ra
     finally:
         first.kill()
         second.kill()
+
+
+class Broken:
+    """A stand-in role worker whose constructor raises at once."""
+
+    def __init__(self, rank: int, world_size: int, port, addr) -> None:
+        raise ValueError("model_path 'nowhere' does not exist")
+
+    def where(self) -> tuple[str, str]:  # never reached
+        return "", ""
+
+
+def test_the_first_constructor_to_fail_is_raised_at_once_naming_its_role_not_as_a_lost_node(
+    local_ray, tmp_path
+):
+    # the first group waits 30 s for a file nobody writes; waited on in order, its own timeout
+    # would come first. A constructor's error is the user's to fix, not a node for a restart to avoid.
+    never = str(tmp_path / "never")
+    slow = WorkerGroup(Meeting, (str(tmp_path / "slow"), never), num_cpus=0, name="actor")
+    broken = WorkerGroup(Broken, (), num_cpus=0, name="reward")
+    try:
+        with pytest.raises(
+            RuntimeError, match=r"(?s)reward rank 0 failed to start: .*'nowhere' does not exist"
+        ) as raised:
+            wait_all_started([slow, broken])
+        assert not isinstance(raised.value, RoleFailure)
+        assert not Path(never).exists() and not slow.sites, "the slow group was not waited for"
+    finally:
+        slow.kill()
+        broken.kill()
 
 
 def test_calling_a_group_before_it_has_started_is_refused(local_ray, tmp_path):
