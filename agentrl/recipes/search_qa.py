@@ -132,13 +132,19 @@ def phase_demos(
     }
 
 
-def phase_rl_data(rl_files: Mapping[str, Any], url: str, out: Path) -> dict[str, Any]:
+def phase_rl_data(
+    rl_files: Mapping[str, Any], url: str, out: Path, limit: int | None = None, seed: int = 0
+) -> dict[str, Any]:
     """The RL questions a search can answer (``search_demos.answerable``, BM25 top 3): a GRPO
-    group of questions the corpus cannot answer is all zeros and teaches nothing."""
+    group of questions the corpus cannot answer is all zeros and teaches nothing. ``limit``: a
+    seeded sample of that many questions is checked instead of all (a profile's
+    ``rl_data_limit``)."""
     from agentrl.data.qa import load_qa_rows, write_rows
     from agentrl.recipes.search_demos import answerable, retriever
 
     rows = load_qa_rows(rl_files["rl_train"])
+    if limit is not None and limit < len(rows):
+        rows = random.Random(seed).sample(rows, limit)
     keep = answerable(rows, retriever(url, 3), 3)
     path = write_rows(keep, out / "data" / "rl_train_answerable.parquet")
     return {"rl_train": str(path), "rl_val": rl_files["rl_val"], "kept": len(keep), "of": len(rows)}
@@ -288,7 +294,7 @@ def run_phases(
             done["rl_data"] = phases.run(
                 "rl_data",
                 "RL questions a search can answer",
-                lambda: phase_rl_data(done["demos"], server.retrieve_url, out),
+                lambda: phase_rl_data(done["demos"], server.retrieve_url, out, profile.rl_data_limit, seed),
             )
         if done["sft"] is not None and done.get("rl_data") is not None:
             done["rl_pool"] = phases.run(

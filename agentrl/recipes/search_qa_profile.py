@@ -27,6 +27,7 @@ class RecipeProfile:
     sft_batch_size: int
     sft_lr: float
     sft_compute_dtype: str
+    rl_data_limit: int | None  # RL questions checked for a search answer (``rl_data``); None: all
     pool_candidates: int  # RL questions the warm start is sampled on (``rl_pool``)
     pool_min: int  # fewer solved than this: the RL phase could not learn, stop
     dense: bool  # build the dense index too (the RAG-dense baseline)

@@ -79,6 +79,8 @@ def test_rl_dyn_trains_on_every_answerable_question_with_dynamic_sampling(run):
     out, done = run
     config = (out / "rl_dyn" / "config.yaml").read_text()
     assert "rl_train_answerable.parquet" in config and "rl_train_pool.parquet" not in config
+    # the profile's sample of the RL questions was checked for a search answer, not all of them
+    assert done["rl_data"]["of"] == TINY.rl_data_limit and 0 < done["rl_data"]["kept"] <= TINY.rl_data_limit
     steps = [m for m in records(out / "rl_dyn" / "metrics.jsonl") if "timing_s/step" in m]
     assert len(steps) == 2
     for m in steps:  # each step drew its rounds and kept exactly the configured number of groups
