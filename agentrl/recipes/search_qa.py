@@ -139,12 +139,10 @@ def phase_rl_data(
     group of questions the corpus cannot answer is all zeros and teaches nothing. ``limit``: a
     seeded sample of that many questions is checked instead of all (a profile's
     ``rl_data_limit``)."""
-    from agentrl.data.qa import load_qa_rows, write_rows
+    from agentrl.data.qa import load_qa_rows, sample_records, write_rows
     from agentrl.recipes.search_demos import answerable, retriever
 
-    rows = load_qa_rows(rl_files["rl_train"])
-    if limit is not None and limit < len(rows):
-        rows = random.Random(seed).sample(rows, limit)
+    rows = sample_records(load_qa_rows(rl_files["rl_train"]), limit, seed)
     keep = answerable(rows, retriever(url, 3), 3)
     path = write_rows(keep, out / "data" / "rl_train_answerable.parquet")
     return {"rl_train": str(path), "rl_val": rl_files["rl_val"], "kept": len(keep), "of": len(rows)}

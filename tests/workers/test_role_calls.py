@@ -20,15 +20,6 @@ from agentrl.workers.role_calls import CallPolicy, NodeWatch, RankSite, RoleFail
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
 @ray.remote(num_cpus=0)
 class Rank:
     def __init__(self, rank: int) -> None:

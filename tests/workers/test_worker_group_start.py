@@ -16,15 +16,6 @@ from agentrl.workers.role_calls import RoleFailure
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=4, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
 class Meeting:
     """A stand-in role worker: its constructor leaves ``mine`` and waits up to 30 s for ``theirs``,
     which only a worker of the other group leaves. Started one group after the other, the first
