@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import sys
 from collections.abc import Callable, Sequence
@@ -68,8 +69,46 @@ def worker_runtime_env(torch_threads: int | None = None) -> dict[str, Any]:
     return {"env_vars": env}
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+# Ports chosen by name: above Ray's worker ports (10002-19999 by default), below Linux's default
+# ephemeral range (32768-60999), where the kernel picks the local port of every outgoing connection
+# and of every server bound to port 0.
+NAMED_PORTS = range(20000, 32768)
+
+
+def ephemeral_ports() -> range:
+    """The ports the kernel hands out on its own (``ip_local_port_range``; Linux's default where
+    that cannot be read)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` now, outside the kernel's ephemeral range when one is free there.
+
+    The port is bound later by another process (rank 0's TCPStore, seconds on). A port the kernel
+    gave out would be in its ephemeral range, where any outgoing connection or port-0 server on the
+    host may take it in between (CI lost a rendezvous to ``EADDRINUSE`` that way); a port drawn at
+    random from :data:`NAMED_PORTS` can only be taken by a process that names it too.
+    """
+    ephemeral = ephemeral_ports()
+    draw = random.Random()  # seeded from the OS: the run's seeded ``random`` gives every group one draw
+    for _ in range(64):
+        port = draw.choice(NAMED_PORTS)
+        if port not in ephemeral and _bindable(host, port):
+            return port
+    with socket.socket() as sock:  # a host whose ephemeral range covers them all
         sock.bind((host, 0))
         return sock.getsockname()[1]
 

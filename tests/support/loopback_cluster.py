@@ -14,19 +14,14 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from agentrl.workers.group import free_port
+
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _cmdline(pid: int) -> str:
@@ -67,7 +62,7 @@ class LoopbackCluster:
         self.cpus = cpus
         self.temp_dir = root / "ray"  # short: Ray's socket paths must stay under 108 bytes
         self.token_path = root / "auth_token"
-        self.port = _free_port(HEAD_IP)
+        self.port = free_port(HEAD_IP)
         self.address = f"{HEAD_IP}:{self.port}"
         self.ray = str(Path(sys.executable).with_name("ray"))
 
@@ -87,7 +82,7 @@ class LoopbackCluster:
             f"--port={self.port}",
             f"--temp-dir={self.temp_dir}",
             "--include-dashboard=false",
-            f"--ray-client-server-port={_free_port(HEAD_IP)}",
+            f"--ray-client-server-port={free_port(HEAD_IP)}",
         )
         self.start_worker()
         return self

@@ -10,7 +10,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from agentrl.trainer.placement_fit import (
     plan_layout,
     too_small_message,
 )
+from agentrl.workers.group import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -189,12 +189,6 @@ def test_a_busy_cluster_is_named_with_each_nodes_free_and_total_room():
 # ---- a real Ray head (slow): token authentication and avoided nodes -------------------------------
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 def _own_processes(marks: list[str]) -> list[int]:
     """This cluster's processes (their command lines name its temp dir or address) and their children."""
     found, me = [], os.getpid()
@@ -224,7 +218,7 @@ class Head:
         self.root = Path(tempfile.mkdtemp(prefix="rj", dir="/tmp"))  # Ray's socket paths stay short
         self.token = self.root / "token"
         self.token.write_text(secrets.token_hex(32))
-        self.address = f"127.0.0.2:{_free_port('127.0.0.2')}"
+        self.address = f"127.0.0.2:{free_port('127.0.0.2')}"
         self.ray = str(Path(sys.executable).with_name("ray"))
 
     def ray_start(self, *args: str) -> None:
@@ -243,7 +237,7 @@ class Head:
             f"--temp-dir={self.root / 'ray'}",
             "--num-cpus=2",
             "--include-dashboard=false",
-            f"--ray-client-server-port={_free_port(host)}",  # not 10001: other clusters may hold it
+            f"--ray-client-server-port={free_port(host)}",  # not 10001: other clusters may hold it
         )
         return self
 

@@ -1,0 +1,59 @@
+"""``free_port``: a rendezvous port another process binds later, safe from the kernel's own picks."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+import pytest
+
+from agentrl.workers import group
+from agentrl.workers.group import NAMED_PORTS, ephemeral_ports, free_port
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
+def test_a_free_port_lies_outside_the_kernels_ephemeral_range_and_can_be_bound(host):
+    # the kernel gives ephemeral ports to outgoing connections and port-0 servers at any moment:
+    # one of those took a rendezvous port between its choice and its bind in CI (EADDRINUSE)
+    ephemeral = ephemeral_ports()
+    for _ in range(20):
+        port = free_port(host)
+        assert port in NAMED_PORTS and port not in ephemeral, port
+        assert _bindable(host, port)
+
+
+def test_processes_that_seeded_random_alike_draw_different_ports():
+    drawn = set()
+    for _ in range(5):
+        random.seed(0)  # every worker of a run seeds the global generator with the run's seed
+        drawn.add(free_port())
+    assert len(drawn) > 1
+
+
+def test_a_port_another_process_holds_is_not_given_out(monkeypatch):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        monkeypatch.setattr(group, "ephemeral_ports", lambda: range(0))
+        with socket.socket() as spare:
+            spare.bind(("127.0.0.1", 0))
+            other = spare.getsockname()[1]
+        monkeypatch.setattr(group, "NAMED_PORTS", [taken, other])
+        assert {free_port() for _ in range(10)} == {other}
+
+
+def test_a_host_whose_ephemeral_range_covers_the_named_ports_gets_a_port_the_kernel_picks(monkeypatch):
+    monkeypatch.setattr(group, "ephemeral_ports", lambda: range(1, 65536))
+    port = free_port()
+    assert 0 < port < 65536
+    assert _bindable("127.0.0.1", port)
