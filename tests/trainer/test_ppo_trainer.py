@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -264,12 +265,24 @@ def _final_actor_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(CheckpointManager(run_dir).latest() / "actor" / "model.safetensors")
 
 
-def test_resume_reproduces_the_uninterrupted_run(search_world, tmp_path, strategy, straight):
+def _as_after_step_2(straight: Path, to: Path) -> Path:
+    """A copy of the uninterrupted 3-step run as it stood once step 2's checkpoint was written:
+    what a run stopped there leaves (one training run less than training 2 steps again)."""
+    shutil.copytree(straight, to)
+    shutil.rmtree(to / "checkpoints" / "step_3")
+    (to / "trajectories" / "step_3.jsonl").unlink()
+    rows = (to / "metrics.jsonl").read_text().splitlines()
+    (to / "metrics.jsonl").write_text("".join(f"{r}\n" for r in rows if json.loads(r)["step"] <= 2))
+    return to
+
+
+def test_resume_from_the_second_checkpoint_reproduces_the_uninterrupted_third_step(
+    search_world, tmp_path, strategy, straight
+):
     ray.shutdown()
-    common = {**CHECKPOINTED, **strategy}
-    resumed = tmp_path / "resumed"
-    run("ppo", search_world.overrides(resumed, steps=2, **common))
-    run("ppo", search_world.overrides(resumed, steps=3, **common))  # resume_mode=auto picks up step_2
+    resumed = _as_after_step_2(straight, tmp_path / "resumed")
+    assert CheckpointManager(resumed).latest().name == "step_2"
+    run("ppo", search_world.overrides(resumed, steps=3, **CHECKPOINTED, **strategy))  # resume_mode=auto
 
     def step3(run_dir: Path) -> list[tuple]:
         records = [
