@@ -69,10 +69,11 @@ def worker_runtime_env(torch_threads: int | None = None) -> dict[str, Any]:
     return {"env_vars": env}
 
 
-# Ports chosen by name: above Ray's worker ports (10002-19999 by default), below Linux's default
-# ephemeral range (32768-60999), where the kernel picks the local port of every outgoing connection
-# and of every server bound to port 0.
-NAMED_PORTS = range(20000, 32768)
+# Ports chosen by name: above Ray's worker ports (10002-19999 by default) and its client proxy's
+# (23000-23999), below Kubernetes' NodePorts (30000-32767) and Linux's default ephemeral range
+# (32768-60999), where the kernel picks the local port of every outgoing connection and of every
+# server bound to port 0.
+NAMED_PORTS = range(24000, 30000)
 
 
 def ephemeral_ports() -> range:
@@ -86,12 +87,15 @@ def ephemeral_ports() -> range:
 
 
 def _bindable(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
+    """Whether ``port`` binds on ``host`` and on every IPv4 address: rank 0's TCPStore binds
+    the wildcard, so a port another process holds on any one address would fail it."""
+    for address in dict.fromkeys((host, "")):
+        with socket.socket() as sock:
+            try:
+                sock.bind((address, port))
+            except OSError:
+                return False
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -103,12 +107,13 @@ def free_port(host: str = "127.0.0.1") -> int:
     random from :data:`NAMED_PORTS` can only be taken by a process that names it too.
     """
     ephemeral = ephemeral_ports()
+    candidates = [port for port in NAMED_PORTS if port not in ephemeral]
     draw = random.Random()  # seeded from the OS: the run's seeded ``random`` gives every group one draw
-    for _ in range(64):
-        port = draw.choice(NAMED_PORTS)
-        if port not in ephemeral and _bindable(host, port):
+    for _ in range(64 if candidates else 0):
+        port = draw.choice(candidates)
+        if _bindable(host, port):
             return port
-    with socket.socket() as sock:  # a host whose ephemeral range covers them all
+    with socket.socket() as sock:  # a host whose ephemeral range covers them all (or all taken)
         sock.bind((host, 0))
         return sock.getsockname()[1]
 

@@ -266,8 +266,10 @@ def _final_actor_weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def _as_after_step_2(straight: Path, to: Path) -> Path:
-    """A copy of the uninterrupted 3-step run as it stood once step 2's checkpoint was written:
-    what a run stopped there leaves (one training run less than training 2 steps again)."""
+    """A copy of the uninterrupted 3-step run cut back to step 2: its step-2 checkpoint the latest,
+    step 3's trajectories and metrics gone (one training run less than training 2 steps again).
+    Retention had already pruned step 1, which a run stopped at step 2 would still hold; resuming
+    reads the latest checkpoint only."""
     shutil.copytree(straight, to)
     shutil.rmtree(to / "checkpoints" / "step_3")
     (to / "trajectories" / "step_3.jsonl").unlink()
