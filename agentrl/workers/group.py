@@ -86,7 +86,7 @@ def ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
-def _bindable(host: str, port: int) -> bool:
+def bindable(host: str, port: int) -> bool:
     """Whether ``port`` binds on ``host`` and on every IPv4 address: rank 0's TCPStore binds
     the wildcard, so a port another process holds on any one address would fail it."""
     for address in dict.fromkeys((host, "")):
@@ -98,6 +98,12 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
+def named_ports_outside_ephemeral() -> list[int]:
+    """The ports of :data:`NAMED_PORTS` the kernel does not hand out on its own on this host."""
+    ephemeral = ephemeral_ports()
+    return [port for port in NAMED_PORTS if port not in ephemeral]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free on ``host`` now, outside the kernel's ephemeral range when one is free there.
 
@@ -106,12 +112,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     host may take it in between (CI lost a rendezvous to ``EADDRINUSE`` that way); a port drawn at
     random from :data:`NAMED_PORTS` can only be taken by a process that names it too.
     """
-    ephemeral = ephemeral_ports()
-    candidates = [port for port in NAMED_PORTS if port not in ephemeral]
+    candidates = named_ports_outside_ephemeral()
     draw = random.Random()  # seeded from the OS: the run's seeded ``random`` gives every group one draw
     for _ in range(64 if candidates else 0):
         port = draw.choice(candidates)
-        if _bindable(host, port):
+        if bindable(host, port):
             return port
     with socket.socket() as sock:  # a host whose ephemeral range covers them all (or all taken)
         sock.bind((host, 0))

@@ -8,34 +8,26 @@ import socket
 import pytest
 
 from agentrl.workers import group
-from agentrl.workers.group import NAMED_PORTS, ephemeral_ports, free_port
-
-
-def _bindable(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def _named_and_free() -> list[int]:
-    ephemeral = ephemeral_ports()
-    return [port for port in NAMED_PORTS if port not in ephemeral]
+from agentrl.workers.group import (
+    NAMED_PORTS,
+    bindable,
+    ephemeral_ports,
+    free_port,
+    named_ports_outside_ephemeral,
+)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2"])
 def test_a_free_port_lies_outside_the_kernels_ephemeral_range_and_can_be_bound(host):
     # the kernel gives ephemeral ports to outgoing connections and port-0 servers at any moment:
     # one of those took a rendezvous port between its choice and its bind in CI (EADDRINUSE)
-    if not _named_and_free():
+    if not named_ports_outside_ephemeral():
         pytest.skip("this host's ip_local_port_range covers every named port: free_port falls back")
     ephemeral = ephemeral_ports()
     for _ in range(20):
         port = free_port(host)
         assert port in NAMED_PORTS and port not in ephemeral, port
-        assert _bindable(host, port) and _bindable("", port)
+        assert bindable(host, port)  # on the host and on the wildcard
 
 
 def test_processes_that_seeded_random_alike_draw_different_ports():
@@ -68,4 +60,4 @@ def test_a_host_whose_ephemeral_range_covers_the_named_ports_gets_a_port_the_ker
     monkeypatch.setattr(group, "ephemeral_ports", lambda: range(1, 65536))
     port = free_port()
     assert 0 < port < 65536
-    assert _bindable("127.0.0.1", port)
+    assert bindable("127.0.0.1", port)
