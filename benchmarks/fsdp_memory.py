@@ -22,9 +22,10 @@ from typing import Any
 import torch
 from actor_workload import actor_section, context, ppo_batch
 
+from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer
+from agentrl.ports import free_port
 from agentrl.workers.actor import ActorWorker
-from agentrl.workers.group import free_port, mini_batch_shards
 
 
 def local_bytes(tensor: torch.Tensor) -> int:

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from retriever_throughput import start_server
 
-from agentrl.agent.tools.search_client import RetrieverClient
+from agentrl.tools.retrieval.client import RetrieverClient
 from retriever.build_index import main as build_index
 from retriever.corpus import DocStore
 from retriever.evaluation import load_questions

@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from retriever.process import free_port
+from agentrl.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 

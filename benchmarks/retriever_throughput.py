@@ -40,7 +40,7 @@ from pathlib import Path
 
 from retriever_servers import REPO, checkout_ref, cpu_s, env_for, health, start_server, stop_server
 
-from agentrl.agent.tools.search_client import RetrieverClient
+from agentrl.tools.retrieval.client import RetrieverClient
 from retriever.evaluation import load_questions
 
 __all__ = ["start_server"]  # page_reader_load.py starts its server through this module

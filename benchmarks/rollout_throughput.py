@@ -123,7 +123,7 @@ def rollout_manager(engine, tokenizer, tools: list, schedule: str, args: argpars
 
 def search_tools(url: str, latency: LatencyModel) -> list:
     """The benchmark's tools (the project's search over HTTP), each behind its modelled latency."""
-    from agentrl.agent.tools.search import SearchTool
+    from agentrl.tools.retrieval.search import SearchTool
 
     return with_latency([SearchTool(url, topk=3)], latency)
 

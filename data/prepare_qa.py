@@ -11,7 +11,7 @@ agentrl.data.qa so the trainer and evaluation use the same template and schema.
 The prompt's instruction names the tools the policy will have (agentrl.data.instruction):
 by default the search tool; ``--tool CLASS_PATH`` (repeatable, in the config's order) or
 ``--config RUN.yaml`` (its actor.rollout.tools and tool_format, options included) name
-others, e.g. ``--tool agentrl.agent.tools.search.SearchTool --tool my_tools.LookupTool``.
+others, e.g. ``--tool agentrl.tools.retrieval.SearchTool --tool my_tools.LookupTool``.
 With ``--tokenizer``, prompts longer than ``--max-prompt-length`` tokens are counted and the
 first ids named: the trainer would leave them out (data.max_prompt_length).
 """
@@ -30,8 +30,8 @@ from agentrl.data.qa import QADataError, read_question_records, sample_records, 
 
 def instruction_of(tools: list[ToolConfig], tool_format: str) -> str:
     """The instruction for ``tools``, each built by the tool registry as the rollout builds it."""
-    from agentrl.agent.tools import as_typed
-    from agentrl.agent.tools.registry import build_toolset
+    from agentrl.tools import as_typed
+    from agentrl.tools.registry import build_toolset
 
     built = [tool for config in tools for tool in build_toolset(config)]  # a tool set: its tools
     return instruction_template([tool_prompt(as_typed(tool)) for tool in built], tool_format)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,18 +27,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-__all__ = ["RetrieverProcess", "RetrieverStartError", "free_port"]
+from agentrl.ports import free_port
+
+__all__ = ["RetrieverProcess", "RetrieverStartError"]
 
 
 class RetrieverStartError(RuntimeError):
     """The server exited or did not become ready in time (message has its log tail)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:

@@ -192,7 +192,7 @@ def test_the_evaluation_settings_are_the_ppo_configs_rollout_greedy():
     rollout.max_turns, rollout.max_tokens_per_turn, rollout.max_obs_length = 3, 40, 72
     rollout.schedule = "lockstep"
     search = {"url": "http://h:1/retrieve", "topk": 1}
-    rollout.tools = [ToolConfig("agentrl.agent.tools.search.SearchTool", search)]
+    rollout.tools = [ToolConfig("agentrl.tools.retrieval.SearchTool", search)]
     config.data.max_prompt_length, config.data.max_response_length, config.data.val_batch_size = 192, 320, 96
     settings = eval_settings(config, seed=3)
     assert settings.greedy and settings.topk == 1 and settings.batch_size == 96

@@ -43,7 +43,7 @@ URL = "http://127.0.0.1:9/retrieve"
 
 def _overrides_before_dialects(profile, out, model_dir, files, url, user, seed) -> list[str]:
     """``ppo_overrides`` as it was written before dialects existed (commit 53a730d)."""
-    tools = "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '" + url + "', topk: 1}}]"
+    tools = "[{class_path: agentrl.tools.retrieval.SearchTool, options: {url: '" + url + "', topk: 1}}]"
     base = profile.ppo | {
         "seed": seed,
         "data.seed": seed,

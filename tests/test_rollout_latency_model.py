@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
-from agentrl.agent.tools.calculator import CalculatorTool
 from agentrl.agent.trajectory import CallRecord, PromptSpec, Segment, Trajectory
+from agentrl.tools.calculator import CalculatorTool
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

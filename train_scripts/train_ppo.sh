@@ -23,7 +23,7 @@ common=(
   "actor.model_path=$MODEL"
   "data.train_files=[$TRAIN]"
   "data.val_files=[$VAL]"
-  "actor.rollout.tools=[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '$RETRIEVER_URL', topk: $TOPK}}]"
+  "actor.rollout.tools=[{class_path: agentrl.tools.retrieval.SearchTool, options: {url: '$RETRIEVER_URL', topk: $TOPK}}]"
   "trainer.experiment_name=$EXPERIMENT"
 )
 case "$SCALE" in

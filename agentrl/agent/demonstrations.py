@@ -16,10 +16,10 @@ from typing import Any
 
 from agentrl.agent.generation import LLMGenerationManager
 from agentrl.agent.sampling import rollout_sampling
-from agentrl.agent.tools.base import Tool
 from agentrl.agent.trajectory import PromptSpec, Trajectory
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines.scripted import ScriptedTurnEngine
+from agentrl.tools.base import Tool
 
 __all__ = ["record_scripted_trajectories"]
 

@@ -59,15 +59,15 @@ from agentrl.agent.rollout_metrics import rollout_metrics
 from agentrl.agent.sampling import rollout_sampling
 from agentrl.agent.schedules import SCHEDULE_RUNNERS, SCHEDULES
 from agentrl.agent.tool_dispatch import TOOL_ERROR_POLICIES, ToolDispatcher
-from agentrl.agent.tools.base import Tool
-from agentrl.agent.tools.registry import build_tools
-from agentrl.agent.tools.typed import TypedTool, as_typed
 from agentrl.agent.trajectory import PromptSpec, Trajectory
 from agentrl.agent.turn_calls import CallBudget
 from agentrl.agent.turns import TrajectoryState, TurnRules
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import Engine, SamplingParams
 from agentrl.seeding import derive_seed
+from agentrl.tools.base import Tool
+from agentrl.tools.registry import build_tools
+from agentrl.tools.typed import TypedTool, as_typed
 
 
 @dataclass

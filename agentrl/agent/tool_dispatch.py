@@ -36,11 +36,11 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
-from agentrl.agent.tools.base import ToolContractError, ToolResult, ToolTimeout
-from agentrl.agent.tools.sessions import SessionTable
-from agentrl.agent.tools.spec import argument_errors
-from agentrl.agent.tools.typed import TypedTool, as_typed, within_deadline
 from agentrl.config.schema import ToolErrorPolicy
+from agentrl.tools.base import ToolContractError, ToolResult, ToolTimeout
+from agentrl.tools.sessions import SessionTable
+from agentrl.tools.spec import argument_errors
+from agentrl.tools.typed import TypedTool, as_typed, within_deadline
 
 __all__ = ["TOOL_ERROR_POLICIES", "ToolContractError", "ToolDispatcher", "ToolOutcome", "ToolTimeout"]
 

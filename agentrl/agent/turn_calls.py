@@ -24,7 +24,7 @@ from typing import Any
 
 from agentrl.agent.formats.base import ParsedCall, ToolCallFormat, ToolMessage
 from agentrl.agent.tool_dispatch import ToolOutcome
-from agentrl.agent.tools.base import ToolResult
+from agentrl.tools.base import ToolResult
 
 OK, FAILED, OVER_BUDGET, INVALID = "ok", "failed", "over_budget", "invalid/"
 

@@ -23,6 +23,7 @@ from omegaconf import ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from agentrl.config.checks import ConfigError, check_choice, validate_config
+from agentrl.config.moved import current_class_path
 from agentrl.config.schema import ExperimentConfig, RolloutConfig
 
 PRESET_DIR = Path(__file__).parent
@@ -189,8 +190,16 @@ def load_config(
         typed: ExperimentConfig = OmegaConf.to_object(cfg)  # resolves ${...} interpolations
     except OmegaConfBaseException as error:
         raise ConfigError(_explain(error, "config")) from None
+    _current_tool_paths(typed.actor.rollout)
     validate_config(typed)
     return typed
+
+
+def _current_tool_paths(rollout: RolloutConfig) -> None:
+    """Each configured tool's class path as it reads now (``moved.py``: a moved module's old path
+    is replaced, with a warning naming the key and both paths)."""
+    for i, tool in enumerate(rollout.tools):
+        tool.class_path = current_class_path(tool.class_path, f"actor.rollout.tools[{i}].class_path")
 
 
 def load_rollout(path: str | Path) -> RolloutConfig:
@@ -204,6 +213,7 @@ def load_rollout(path: str | Path) -> RolloutConfig:
         # merged at its place in the whole tree, so an error names the full key
         cfg = OmegaConf.merge(OmegaConf.structured(ExperimentConfig), {"actor": {"rollout": section}})
         rollout: RolloutConfig = OmegaConf.to_object(cfg.actor.rollout)
+        _current_tool_paths(rollout)
         return rollout
     except OSError as error:
         raise ConfigError(f"{path}: {error}") from None

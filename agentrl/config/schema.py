@@ -78,7 +78,7 @@ class UpdateConfig:
 class ToolConfig:
     """A tool, named by import path, with the options its constructor takes."""
 
-    class_path: str = "agentrl.agent.tools.search.SearchTool"
+    class_path: str = "agentrl.tools.retrieval.SearchTool"
     options: dict[str, Any] = field(default_factory=dict)
 
 

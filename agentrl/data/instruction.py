@@ -53,7 +53,7 @@ _HERMES = (
     "If you find you are missing some knowledge, call the tools you are given, as many times as you like. "
 )
 
-SEARCH_TOOL = "agentrl.agent.tools.search.SearchTool"  # introduced in Search-R1's words
+SEARCH_TOOL = "agentrl.tools.retrieval.search.SearchTool"  # by its defining module: in Search-R1's words
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl.agent.tools.registry import build_toolset
-from agentrl.agent.tools.search import SearchTool
-from agentrl.agent.tools.search_client import RetrieverClient, RetrieverError
-from agentrl.agent.tools.typed import as_typed
 from agentrl.config.schema import ToolConfig
 from agentrl.engines import ENGINE_KINDS, build_engine
 from agentrl.eval.datasets import EvalQuestion
 from agentrl.importing import import_object
+from agentrl.tools.registry import build_toolset
+from agentrl.tools.retrieval.client import RetrieverClient, RetrieverError
+from agentrl.tools.retrieval.search import SearchTool
+from agentrl.tools.typed import as_typed
 
 __all__ = [
     "agent_tools",

@@ -48,7 +48,6 @@ from tqdm import tqdm
 
 from agentrl.agent.generation import LLMGenerationManager
 from agentrl.agent.sampling import rollout_sampling
-from agentrl.agent.tools.search_client import RetrieverClient
 from agentrl.config.schema import DataConfig, ExperimentConfig, RolloutConfig
 from agentrl.engines import SamplingParams
 from agentrl.eval.backends import (
@@ -67,6 +66,7 @@ from agentrl.eval.records import trajectory_record
 from agentrl.eval.report import aggregate
 from agentrl.eval.results import EvalResults
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
+from agentrl.tools.retrieval.client import RetrieverClient
 
 __all__ = ["EvalResults", "EvalSettings", "evaluate", "resolve_model_dir", "search_tool_options"]
 

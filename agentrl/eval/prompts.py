@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentrl.agent.prompts import encode_messages
-from agentrl.agent.tools.search import format_documents
 from agentrl.agent.trajectory import PromptSpec
 from agentrl.eval.datasets import EvalQuestion
+from agentrl.tools.retrieval.search import format_documents
 
 __all__ = ["DIRECT_TEMPLATE", "MODES", "RAG_TEMPLATE", "build_prompt", "render_user_message"]
 

@@ -31,8 +31,8 @@ from agentrl.data.world import (
 
 __all__ = ["CALCULATOR_TOOL", "SEARCH_TOOL", "TAGS", "Dialect", "dialect_of"]
 
-SEARCH_TOOL = "agentrl.agent.tools.search.SearchTool"
-CALCULATOR_TOOL = "agentrl.agent.tools.calculator.CalculatorTool"
+SEARCH_TOOL = "agentrl.tools.retrieval.SearchTool"
+CALCULATOR_TOOL = "agentrl.tools.calculator.CalculatorTool"
 SEARCH = ("search", "query")  # (name, argument) of each tool as a hermes call names them
 CALCULATE = ("calculate", "expression")
 
@@ -122,10 +122,10 @@ def _hermes_renderer(dialect: Dialect) -> Any:
     the text does not depend on its vocabulary."""
     from agentrl.agent.formats import HERMES_TEMPLATE
     from agentrl.agent.formats.templates import ChatRenderer
-    from agentrl.agent.tools import as_typed
-    from agentrl.agent.tools.calculator import CalculatorTool
-    from agentrl.agent.tools.search import SearchTool
     from agentrl.models.tiny import train_tokenizer
+    from agentrl.tools import as_typed
+    from agentrl.tools.calculator import CalculatorTool
+    from agentrl.tools.retrieval.search import SearchTool
 
     tools = [SearchTool(topk=1)] + ([CalculatorTool()] if dialect.calculator else [])
     schemas = [as_typed(t).spec.to_openai() for t in tools]

@@ -29,7 +29,7 @@ __all__ = [
     "summary_line",
 ]
 
-SEARCH_TOOL = "agentrl.agent.tools.search.SearchTool"  # the tool whose retriever the evaluation asks
+SEARCH_TOOL = "agentrl.tools.retrieval.SearchTool"  # the tool whose retriever the evaluation asks
 DATASET = "heldout"  # the evaluation's name for the rows file (records are grouped by data_source)
 
 

@@ -153,7 +153,7 @@ class DemoReport:
 def retriever(url: str, topk: int, chunk: int = 256) -> Any:
     """``retrieve(queries) -> list[list[doc]]`` over the HTTP retriever at ``url``, ``chunk``
     queries a request (the server caps a request's size)."""
-    from agentrl.agent.tools.search_client import RetrieverClient
+    from agentrl.tools.retrieval.client import RetrieverClient
 
     client = RetrieverClient(url)
 
@@ -181,10 +181,10 @@ def record_search_demonstrations(
     ``records``; ``config`` is the experiment config whose rollout and length budgets RL uses."""
     from agentrl.agent.demonstrations import record_scripted_trajectories
     from agentrl.agent.dump import dump_trajectories
-    from agentrl.agent.tools.search import SearchTool
     from agentrl.agent.trajectory import Segment
     from agentrl.data.qa import to_training_rows
     from agentrl.eval.records import segment_text
+    from agentrl.tools.retrieval.search import SearchTool
     from agentrl.trainer.dataset import prompt_spec
 
     plans = plan_demonstrations(records, retriever(retriever_url, topk), titles, topk)

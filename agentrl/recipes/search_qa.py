@@ -213,7 +213,7 @@ def rl_config(
     ``data`` (the demos phase, before the RL files exist) it names no data files."""
     from agentrl.config import load_config
 
-    tools = "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '" + url + "', topk: 3}}]"
+    tools = "[{class_path: agentrl.tools.retrieval.SearchTool, options: {url: '" + url + "', topk: 3}}]"
     overrides = {
         "actor.model_path": str(model),
         **(

@@ -1,7 +1,7 @@
 """Train a search agent: ``python -m agentrl.trainer.main [--preset ppo|grpo|FILE.yaml ...] key=value ...``
 
 The config is loaded and checked in full (unknown keys, wrong types, missing files) before
-Ray starts or a model loads, and so are its tools (``tool_check``: class path, options,
+Ray starts or a model loads, and so are its tools (``tools.check``: class path, options,
 tags); a bad key costs a second, not a cluster start-up.
 """
 
@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from agentrl.config.loader import ConfigError, available_presets, load_config, to_yaml
-from agentrl.trainer.tool_check import ToolConfigError, check_tools
+from agentrl.tools.check import ToolConfigError, check_tools
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

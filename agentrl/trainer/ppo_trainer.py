@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from agentrl.agent.dump import dump_trajectories
 from agentrl.agent.generation import RolloutResult, prompt_encoder
+from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.config.loader import to_yaml
 from agentrl.config.schema import ExperimentConfig
 from agentrl.core.advantages import AdvantageInputs, get_advantage_estimator, place_score_on_last_token
@@ -31,19 +32,18 @@ from agentrl.eval.report import flat_metrics
 from agentrl.models.loading import load_tokenizer
 from agentrl.models.update import NonFiniteLossError
 from agentrl.seeding import rng_state, set_rng_state
+from agentrl.tools.check import check_tools
 from agentrl.trainer.alarms import DeadSignalAlarms
 from agentrl.trainer.checkpoint import CheckpointManager, rank_score
 from agentrl.trainer.dataset import StatefulLoader, build_datasets
 from agentrl.trainer.group_filter import Scored
-from agentrl.trainer.placement import Roles, start_roles
+from agentrl.trainer.roles import Roles, start_roles
 from agentrl.trainer.rollout_ahead import RolloutAhead
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
 from agentrl.trainer.step_sampler import StepSampler
 from agentrl.trainer.time_budget import TimeBudget
-from agentrl.trainer.tool_check import check_tools
 from agentrl.trainer.tracking import Tracker, first_non_finite
 from agentrl.workers.base import RunContext
-from agentrl.workers.group import mini_batch_shards
 
 
 class TrainingDiverged(RuntimeError):

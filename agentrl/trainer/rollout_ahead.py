@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentrl.agent.generation import RolloutResult
-from agentrl.workers.group import Pending
+from agentrl.cluster.group import Pending
 
 
 @dataclass

@@ -19,7 +19,7 @@ from agentrl.core.batch import Batch
 from agentrl.seeding import derive_seed
 from agentrl.trainer.dataset import StatefulLoader
 from agentrl.trainer.group_filter import Scored, fill_groups, signal_metrics
-from agentrl.trainer.placement import Roles
+from agentrl.trainer.roles import Roles
 from agentrl.trainer.rollout_ahead import RolloutAhead
 from agentrl.trainer.step_metrics import StepTimer
 

@@ -21,11 +21,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from agentrl.cluster.fit import fit_world_sizes
+from agentrl.cluster.placement import free_nodes
+from agentrl.cluster.role_calls import RoleFailure
 from agentrl.config.schema import ExperimentConfig
 from agentrl.trainer.checkpoint import checkpoint_step
-from agentrl.trainer.placement import fit_world_sizes, free_nodes
 from agentrl.trainer.ppo_trainer import PPOTrainer
-from agentrl.workers.role_calls import RoleFailure
 
 SETTLE_S = 10.0  # how long a smaller cluster is watched for the killed workers' room to come back
 

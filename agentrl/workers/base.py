@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from agentrl.cluster.data_plane import join_group
 from agentrl.config.schema import Device, ExperimentConfig, OptimConfig, Strategy, ToolFormat, UpdateConfig
 from agentrl.core.batch import Batch
 from agentrl.models.optim import build_optimizer
@@ -34,7 +35,6 @@ from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharde
 from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
 from agentrl.rewards import DEFAULT_TOOL_TAGS
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
-from agentrl.workers.data_plane import join_group
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # fsdp: FSDP2 shards (models/sharding.py)
 DEVICES: tuple[str, ...] = get_args(Device)
@@ -96,14 +96,14 @@ class RunContext:
     strategy: str = "dp"  # dp | fsdp (resources.strategy)
     overlap_rollout: bool = False  # the next rollout runs during the update (trainer.one_step_off_policy)
     old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
-    # the tags of actor.rollout.tools, as the driver built them (trainer.tool_check): the reward's grammar
+    # the tags of actor.rollout.tools, as the driver built them (tools.check): the reward's grammar
     tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS
     # the same tools' names, in the same order: the key of every per-tool count (reward/, val/), as the
     # rollout counts calls by name (a schema tool's tag may differ from its name)
     tool_names: tuple[str, ...] = DEFAULT_TOOL_TAGS
     # actor.rollout.tool_format: what the reward's format check reads (agentrl.rewards.structure)
     tool_format: ToolFormat = "tags"
-    socket_ifname: str | None = None  # resources.socket_ifname: the data plane's interface (data_plane.py)
+    socket_ifname: str | None = None  # resources.socket_ifname: the data plane's interface
     rendezvous_timeout_s: float = 120.0  # resources.rendezvous_timeout_s: how long ranks wait to meet
 
     def __post_init__(self) -> None:
@@ -118,7 +118,7 @@ class RunContext:
         tool_names: tuple[str, ...] | None = None,
     ) -> RunContext:
         """``tool_tags`` and ``tool_names``: the tags and the names of ``config.actor.rollout.tools``,
-        from the driver's check of them (``trainer.tool_check.ToolNames``: these two, in this order);
+        from the driver's check of them (``tools.check.ToolNames``: these two, in this order);
         ``tool_names`` None when every tool is a tag tool, whose name is its tag."""
         return cls(
             seed=config.seed,
@@ -190,7 +190,7 @@ class Worker:
         if master_port is None and world_size > 1:
             raise ValueError("a worker group of size > 1 needs a master_port for torch.distributed")
         if master_port is None:
-            from agentrl.workers.group import free_port
+            from agentrl.ports import free_port
 
             master_port = free_port()
         master_addr = master_addr or os.environ.get("MASTER_ADDR", "127.0.0.1")

@@ -13,13 +13,13 @@ import pytest
 from agentrl.agent.demonstrations import record_scripted_trajectories
 from agentrl.agent.observations import ObservationEncoder, encode_text
 from agentrl.agent.prompts import encode_messages
-from agentrl.agent.tools.search import SearchTool, format_documents
 from agentrl.agent.trajectory import PromptSpec, Segment
 from agentrl.config.schema import RolloutConfig
 from agentrl.data.qa import make_prompt
 from agentrl.data.world import generate_world, oracle_trajectory, write_world
 from agentrl.models.loading import load_tokenizer
 from agentrl.models.tiny import make_tiny_model_dir
+from agentrl.tools.retrieval.search import SearchTool, format_documents
 from retriever.build_index import main as build_index
 from retriever.process import RetrieverProcess
 

@@ -8,9 +8,9 @@ from agentrl.agent.actions import ANSWER_TAG, stop_strings
 from agentrl.agent.formats import FormatError, ParsedCall, TagsFormat, ToolMessage, TurnParse, build_format
 from agentrl.agent.observations import INVALID_ACTION_HINT, ObservationEncoder
 from agentrl.agent.prompts import encode_messages
-from agentrl.agent.tools.spec import ToolSpec
 from agentrl.config.schema import RolloutConfig
 from agentrl.data.qa import make_prompt
+from agentrl.tools.spec import ToolSpec
 
 SEARCH = ToolSpec("search", "Search.", {"type": "object", "properties": {"query": {"type": "string"}}})
 CALCULATOR = ToolSpec(

@@ -14,11 +14,11 @@ from support.prompts import question_prompt
 from support.scripted_engine import RecordingEngine, assert_rollout_invariants
 
 from agentrl.agent import LLMGenerationManager, Segment, rollout_metrics
-from agentrl.agent.tools.calculator import CalculatorTool
-from agentrl.agent.tools.search import SearchTool
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import SamplingParams
 from agentrl.models.forward import policy_forward
+from agentrl.tools.calculator import CalculatorTool
+from agentrl.tools.retrieval.search import SearchTool
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 

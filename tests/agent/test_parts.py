@@ -9,11 +9,11 @@ import pytest
 from agentrl.agent.actions import parse_action
 from agentrl.agent.formats import ToolMessage, build_format
 from agentrl.agent.observations import FINAL_TURN_NOTE, OBS_SUFFIX, ObservationEncoder, encode_text
-from agentrl.agent.tools.calculator import CalculationError, CalculatorTool, evaluate
-from agentrl.agent.tools.registry import build_tool, build_tools
-from agentrl.agent.tools.search import SearchTool, format_documents
-from agentrl.agent.tools.typed import as_typed
 from agentrl.config.schema import RolloutConfig, ToolConfig
+from agentrl.tools.calculator import CalculationError, CalculatorTool, evaluate
+from agentrl.tools.registry import build_tool, build_tools
+from agentrl.tools.retrieval.search import SearchTool, format_documents
+from agentrl.tools.typed import as_typed
 
 
 @pytest.mark.parametrize(
@@ -142,29 +142,29 @@ def test_calculator_tool_reports_errors_as_text():
 
 
 def test_registry_builds_by_dotted_and_colon_path():
-    calc = build_tool(ToolConfig("agentrl.agent.tools.calculator.CalculatorTool", {"max_exponent": 5}))
+    calc = build_tool(ToolConfig("agentrl.tools.calculator.CalculatorTool", {"max_exponent": 5}))
     assert isinstance(calc, CalculatorTool) and calc.max_exponent == 5 and calc.tag == "calculate"
     search = build_tool(
-        {"class_path": "agentrl.agent.tools.search:SearchTool", "options": {"url": "http://x", "topk": 2}}
+        {"class_path": "agentrl.tools.retrieval.search:SearchTool", "options": {"url": "http://x", "topk": 2}}
     )
     assert isinstance(search, SearchTool) and search.topk == 2
-    tools = build_tools([ToolConfig(), ToolConfig("agentrl.agent.tools.calculator.CalculatorTool")])
+    tools = build_tools([ToolConfig(), ToolConfig("agentrl.tools.calculator.CalculatorTool")])
     assert sorted(tools) == ["calculate", "search"]
 
 
 def test_registry_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"CalculatorTool.*unknown option\(s\) \['max_exp'\]"):
-        build_tool(ToolConfig("agentrl.agent.tools.calculator.CalculatorTool", {"max_exp": 5}))
+        build_tool(ToolConfig("agentrl.tools.calculator.CalculatorTool", {"max_exp": 5}))
     with pytest.raises(ImportError, match="'no_such_module.Tool': cannot import module 'no_such_module'"):
         build_tool(ToolConfig("no_such_module.Tool"))
-    with pytest.raises(ImportError, match="module 'agentrl.agent.tools.calculator' has no attribute 'Nope'"):
-        build_tool(ToolConfig("agentrl.agent.tools.calculator.Nope"))
+    with pytest.raises(ImportError, match="module 'agentrl.tools.calculator' has no attribute 'Nope'"):
+        build_tool(ToolConfig("agentrl.tools.calculator.Nope"))
     with pytest.raises(ValueError, match="topk must be >= 1"):
-        build_tool(ToolConfig("agentrl.agent.tools.search.SearchTool", {"topk": 0}))
+        build_tool(ToolConfig("agentrl.tools.retrieval.SearchTool", {"topk": 0}))
     with pytest.raises(ValueError, match="both use tag <calculate>"):
-        build_tools([ToolConfig("agentrl.agent.tools.calculator.CalculatorTool")] * 2)
+        build_tools([ToolConfig("agentrl.tools.calculator.CalculatorTool")] * 2)
     with pytest.raises(ValueError, match="reserved"):
-        build_tool(ToolConfig("agentrl.agent.tools.calculator.CalculatorTool", {"tag": "answer"}))
+        build_tool(ToolConfig("agentrl.tools.calculator.CalculatorTool", {"tag": "answer"}))
     with pytest.raises(TypeError, match="OrderedDict has no 'name'"):
         build_tool(ToolConfig("collections.OrderedDict"))
 

@@ -27,11 +27,11 @@ from support.scripted_engine import (
 from agentrl.agent import LLMGenerationManager, PromptSpec, Segment, collate, rollout_metrics
 from agentrl.agent.dump import dump_trajectories
 from agentrl.agent.observations import FINAL_TURN_NOTE, INVALID_ACTION_HINT
-from agentrl.agent.tools.base import ToolResult
-from agentrl.agent.tools.calculator import CalculatorTool
-from agentrl.agent.tools.search import SearchTool
 from agentrl.config.schema import ExperimentConfig, RewardConfig, RolloutConfig, ToolConfig
 from agentrl.engines.base import SamplingParams
+from agentrl.tools.base import ToolResult
+from agentrl.tools.calculator import CalculatorTool
+from agentrl.tools.retrieval.search import SearchTool
 from agentrl.workers.base import RunContext
 from agentrl.workers.reward import RuleRewardWorker
 
@@ -407,7 +407,7 @@ def test_retriever_down_observe_continues_with_error(tokenizer, dead_url, schedu
 
 
 def test_retriever_down_raise_policy_fails_with_client_error(tokenizer, dead_url):
-    from agentrl.agent.tools.search_client import RetrieverUnavailable
+    from agentrl.tools.retrieval.client import RetrieverUnavailable
 
     engine = ScriptedEngine(tokenizer, search_then_answer)
     manager = make_manager(
@@ -471,7 +471,7 @@ def test_calculator_plugged_in_by_config(tokenizer, retriever_url):
         max_turns=2,
         tools=[
             ToolConfig(options={"url": retriever_url}),
-            ToolConfig("agentrl.agent.tools.calculator:CalculatorTool"),
+            ToolConfig("agentrl.tools.calculator:CalculatorTool"),
         ],
     )
 

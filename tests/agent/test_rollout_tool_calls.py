@@ -31,10 +31,10 @@ from agentrl.agent.formats.hermes import INVALID_TURN_HINT
 from agentrl.agent.generation import prompt_encoder
 from agentrl.agent.observations import FINAL_TURN_NOTE
 from agentrl.agent.prompts import encode_messages
-from agentrl.agent.tools.base import ToolResult
-from agentrl.agent.tools.spec import ToolSpec
 from agentrl.config.schema import ExperimentConfig, RewardConfig, RolloutConfig
 from agentrl.models.tiny import DEFAULT_TEXTS, train_tokenizer
+from agentrl.tools.base import ToolResult
+from agentrl.tools.spec import ToolSpec
 from agentrl.trainer.dataset import prompt_spec
 from agentrl.workers.base import RunContext
 from agentrl.workers.reward import RuleRewardWorker

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
-from agentrl.agent.tools import ToolContractError, ToolResult, ToolSpec
+from agentrl.tools import ToolContractError, ToolResult, ToolSpec
 
 LATENCY_S = 0.4
 

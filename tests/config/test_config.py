@@ -31,7 +31,7 @@ def test_dotted_overrides_apply_with_types(model_dir):
             "algorithm.adv_estimator=rloo",
             "actor.dual_clip_c=3",
             "trainer.logger=[console,tensorboard]",
-            "actor.rollout.tools=[{class_path: agentrl.agent.tools.calculator.CalculatorTool, options: {}}]",
+            "actor.rollout.tools=[{class_path: agentrl.tools.calculator.CalculatorTool, options: {}}]",
         ],
     )
     assert cfg.actor.optim.lr == 3e-6 and isinstance(cfg.actor.optim.lr, float)
@@ -214,12 +214,11 @@ def test_every_owner_derives_its_choices_from_the_schema():
 
     from agentrl.agent.schedules import SCHEDULES
     from agentrl.agent.tool_dispatch import TOOL_ERROR_POLICIES
+    from agentrl.cluster.fit import PLACEMENTS, RAY_STRATEGIES
     from agentrl.config import schema
     from agentrl.engines import ENGINE_KINDS
     from agentrl.models.loading import DTYPES
     from agentrl.models.optim import LR_SCHEDULES
-    from agentrl.trainer.placement import PLACEMENTS
-    from agentrl.trainer.placement_fit import RAY_STRATEGIES
     from agentrl.trainer.tracking import LOGGERS
     from agentrl.workers.base import DEVICES, STRATEGIES
 
@@ -255,8 +254,8 @@ def test_the_config_package_imports_nothing_above_it():
 
 
 TWO_TOOLS = (
-    "actor.rollout.tools=[{class_path: agentrl.agent.tools.search.SearchTool, "
-    "options: {url: 'http://a:1/r'}}, {class_path: agentrl.agent.tools.calculator.CalculatorTool}]"
+    "actor.rollout.tools=[{class_path: agentrl.tools.retrieval.SearchTool, "
+    "options: {url: 'http://a:1/r'}}, {class_path: agentrl.tools.calculator.CalculatorTool}]"
 )
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.agent.tools import as_typed, build_tool
-from agentrl.agent.tools.calculator import CalculatorTool
-from agentrl.agent.tools.search import SearchTool
 from agentrl.config.schema import ToolConfig
 from agentrl.data.instruction import DEFAULT_TOOLS, ToolPrompt, instruction_template, tool_prompt
 from agentrl.data.qa import INSTRUCTION_TEMPLATE, load_qa_rows, make_prompt
+from agentrl.tools import as_typed, build_tool
+from agentrl.tools.calculator import CalculatorTool
+from agentrl.tools.retrieval.search import SearchTool
 
 # The quickstart and the published results were trained on this text: it must never change.
 SEARCH_R1_INSTRUCTION = (
@@ -90,13 +90,13 @@ def test_prepare_qa_writes_the_instruction_of_the_tools_it_is_given(tmp_path, ca
     assert prepare_qa(tmp_path, "default.jsonl") == 0
     assert first_prompt(tmp_path / "default.jsonl") == make_prompt("What is 0 plus 0")  # unchanged by default
     search, calculator = (
-        "agentrl.agent.tools.search.SearchTool",
-        "agentrl.agent.tools.calculator.CalculatorTool",
+        "agentrl.tools.retrieval.SearchTool",
+        "agentrl.tools.calculator.CalculatorTool",
     )
     assert prepare_qa(tmp_path, "two.jsonl", "--tool", search, "--tool", calculator) == 0
     prompt = first_prompt(tmp_path / "two.jsonl")
     assert "<search> query </search>" in prompt and "<calculate> expression </calculate>" in prompt
-    assert prepare_qa(tmp_path, "bad.jsonl", "--tool", "agentrl.agent.tools.search.Serch") == 1
+    assert prepare_qa(tmp_path, "bad.jsonl", "--tool", "agentrl.tools.retrieval.search.Serch") == 1
     assert "has no attribute 'Serch'" in capsys.readouterr().err
 
 
@@ -105,7 +105,7 @@ def test_prepare_qa_reads_the_tools_of_a_training_config(tmp_path):
     from agentrl.config.schema import ExperimentConfig
 
     cfg = ExperimentConfig()
-    cfg.actor.rollout.tools = [ToolConfig("agentrl.agent.tools.calculator.CalculatorTool", {"tag": "calc"})]
+    cfg.actor.rollout.tools = [ToolConfig("agentrl.tools.calculator.CalculatorTool", {"tag": "calc"})]
     (tmp_path / "run.yaml").write_text(to_yaml(cfg))
     assert prepare_qa(tmp_path, "r.jsonl", "--config", str(tmp_path / "run.yaml")) == 0
     prompt = first_prompt(tmp_path / "r.jsonl")

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.agent.tools.calculator import evaluate, format_number
 from agentrl.data.world import (
     Question,
     generate_world,
@@ -20,6 +19,7 @@ from agentrl.data.world import (
     write_world,
 )
 from agentrl.data.world.oracle import finding
+from agentrl.tools.calculator import evaluate, format_number
 
 SHORT_SIZES = {"num_countries": 6, "num_people": 12, "num_companies": 6, "num_distractors": 6}
 # sha256 over write_world's files (name, then bytes, in name order), computed with the generator as it

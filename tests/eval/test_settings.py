@@ -17,8 +17,8 @@ from agentrl.eval import EvalSettings
 from agentrl.eval.backends import tool_names
 from agentrl.eval.harness import _manager, _tools
 
-SEARCH = "agentrl.agent.tools.search.SearchTool"
-CALCULATOR = "agentrl.agent.tools.calculator.CalculatorTool"
+SEARCH = "agentrl.tools.retrieval.SearchTool"
+CALCULATOR = "agentrl.tools.calculator.CalculatorTool"
 URL = "http://127.0.0.1:9/retrieve"
 EFFECTIVE = (
     "topk",

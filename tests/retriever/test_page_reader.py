@@ -22,14 +22,15 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
-from agentrl.agent.tools.page_reader import PageReaderTool
-from agentrl.agent.tools.search_client import RetrieverClient
+from agentrl.ports import free_port
+from agentrl.tools.retrieval.client import RetrieverClient
+from agentrl.tools.retrieval.page_reader import PageReaderTool
 from retriever.build_index import main as build_index
 from retriever.config import ServerConfig
 from retriever.corpus import DocStore, iter_corpus, write_docstore
 from retriever.index import open_backend
 from retriever.pages import PageIndex
-from retriever.process import RetrieverProcess, free_port
+from retriever.process import RetrieverProcess
 from retriever.server import RetrieverService, create_app
 
 MAX_WORDS, MAX_ITEMS, MAX_CHARS = 300, 8, 200

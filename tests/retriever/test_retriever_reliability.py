@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl.agent.tools.search_client import RetrieverClient, RetrieverRequestError, RetrieverUnavailable
+from agentrl.tools.retrieval.client import RetrieverClient, RetrieverRequestError, RetrieverUnavailable
 
 
 def test_5000_requests_at_64_way_concurrency_without_errors(bm25_server) -> None:
@@ -150,7 +150,7 @@ def test_retries_on_5xx_then_succeeds(bm25_server) -> None:
 def test_client_module_does_not_import_the_retriever_package() -> None:
     import ast
 
-    import agentrl.agent.tools.search_client as mod
+    import agentrl.tools.retrieval.client as mod
 
     tree = ast.parse(Path(mod.__file__).read_text())
     imported = {

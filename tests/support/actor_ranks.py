@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
+from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.models.sharding import full_state_dict
+from agentrl.ports import free_port
 from agentrl.workers.actor import ActorWorker
-from agentrl.workers.group import free_port, mini_batch_shards
 from benchmarks.actor_workload import actor_section, context, ppo_batch
 
 

@@ -15,8 +15,8 @@ import torch
 from agentrl.config.schema import ExperimentConfig, OptimConfig, UpdateConfig
 from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss
+from agentrl.ports import free_port
 from agentrl.workers.base import RunContext, TrainableWorker
-from agentrl.workers.group import free_port
 from tests.support.spawned_ranks import spawn_ranks
 
 FEATURES = 3

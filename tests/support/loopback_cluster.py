@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from agentrl.workers.group import free_port
+from agentrl.ports import free_port
 
 HEAD_IP, WORKER_IP = "127.0.0.2", "127.0.0.3"
 

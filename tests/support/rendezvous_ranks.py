@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from agentrl.workers.data_plane import IFNAME_VARIABLES, join_group
+from agentrl.cluster.data_plane import IFNAME_VARIABLES, join_group
 from tests.support.spawned_ranks import spawn_ranks
 
 

@@ -7,7 +7,7 @@ the model's sampling: a random tiny model never writes a ``<tool_call>``, and a 
 happens to a call needs one. Its ``script`` is :func:`lookup_and_search`;
 ``ThreeToolsActorWorker`` plays :func:`search_read_compute` instead. The classes are importable
 by path so Ray workers load them (``tests/`` is on the workers' ``PYTHONPATH``:
-``agentrl.workers.group.worker_runtime_env``).
+``agentrl.cluster.group.worker_runtime_env``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.agent.formats import ToolMessage
-from agentrl.agent.tools.spec import ToolSpec
+from agentrl.tools.spec import ToolSpec
 
 SEARCH = ToolSpec(
     "search",

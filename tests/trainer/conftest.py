@@ -37,7 +37,7 @@ class SearchWorld:
             "actor.rollout.max_obs_length": 32,
             "actor.rollout.max_turns": 1,
             "actor.rollout.schedule": "lockstep",
-            "actor.rollout.tools": "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '"
+            "actor.rollout.tools": "[{class_path: agentrl.tools.retrieval.SearchTool, options: {url: '"
             + self.retrieve_url
             + "', topk: 1}}]",
             "actor.update.mini_batch_size": 4,

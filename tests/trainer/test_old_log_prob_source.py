@@ -17,8 +17,8 @@ from agentrl.agent.trajectory import Segment, Trajectory
 from agentrl.config import load_config
 from agentrl.core.batch import Batch
 from agentrl.core.masked import masked_mean
-from agentrl.trainer.placement import Roles
 from agentrl.trainer.ppo_trainer import PPOTrainer
+from agentrl.trainer.roles import Roles
 from agentrl.trainer.step_metrics import StepTimer
 from agentrl.trainer.step_sampler import StepSampler
 from agentrl.workers.actor import ActorWorker, ReferenceWorker

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from test_old_log_prob_source import RecordingGroup, SeededScores, grpo_trainer, sampled_rollout
 
-from agentrl.trainer.placement import Roles
+from agentrl.trainer.roles import Roles
 from agentrl.trainer.step_metrics import StepTimer
 from agentrl.trainer.step_sampler import StepSampler
 from agentrl.workers.actor import ActorWorker, ReferenceWorker

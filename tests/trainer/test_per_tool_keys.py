@@ -31,7 +31,7 @@ from agentrl.workers.reward import RuleRewardWorker
 pytestmark = pytest.mark.timeout(120)
 
 TAGGED_LOOKUP = '''
-from agentrl.agent.tools import ToolResult, ToolSpec
+from agentrl.tools import ToolResult, ToolSpec
 
 
 class LookupTool:

@@ -10,7 +10,7 @@ from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 from agentrl.config.schema import ExperimentConfig
 from agentrl.seeding import derive_seed
 from agentrl.trainer.dataset import StatefulLoader
-from agentrl.trainer.placement import Roles
+from agentrl.trainer.roles import Roles
 from agentrl.trainer.step_metrics import StepTimer
 from agentrl.trainer.step_sampler import StepSampler
 

@@ -31,12 +31,12 @@ import pytest
 import ray
 
 from agentrl.agent.formats import HERMES_TEMPLATE
-from agentrl.agent.tools.sandbox import probe
 from agentrl.config import load_config
 from agentrl.data.instruction import instruction_template
 from agentrl.data.qa import read_question_records, to_training_rows, write_rows
 from agentrl.models.tiny import make_tiny_model_dir
-from agentrl.trainer import placement
+from agentrl.tools.sandbox.isolation import probe
+from agentrl.trainer import roles
 from agentrl.trainer.ppo_trainer import PPOTrainer
 
 # What a run's config file holds to register the three tools (docs/adding_a_tool.md, section 10).
@@ -46,11 +46,11 @@ actor:
     tool_format: hermes
     chat_template: hermes
     tools:
-      - class_path: agentrl.agent.tools.search.SearchTool
+      - class_path: agentrl.tools.retrieval.SearchTool
         options: {{url: "{server}/retrieve", topk: 1}}
-      - class_path: agentrl.agent.tools.page_reader.PageReaderTool
+      - class_path: agentrl.tools.retrieval.PageReaderTool
         options: {{url: "{server}/open_page", length: 200}}
-      - class_path: agentrl.agent.tools.python_sandbox.PythonSandboxTool
+      - class_path: agentrl.tools.sandbox.PythonSandboxTool
         options: {{isolation: unshare, wall_time_s: 10, max_interpreters: 4, work_root: "{work_root}"}}
 """
 
@@ -175,7 +175,7 @@ def test_search_page_reader_and_python_registered_by_config_are_each_called_in_a
         "PageReaderTool",
         "PythonSandboxTool",
     ]
-    monkeypatch.setattr(placement, "ActorWorker", ThreeToolsActorWorker)
+    monkeypatch.setattr(roles, "ActorWorker", ThreeToolsActorWorker)
     trainer = PPOTrainer(config)
     assert trainer.context.tool_names == ("search", "open_page", "python")
     try:

@@ -33,7 +33,7 @@ from agentrl.data.qa import read_question_records, to_training_rows, write_rows
 from agentrl.eval.cli import main as eval_main
 from agentrl.models.loading import load_tokenizer
 from agentrl.models.tiny import make_tiny_model_dir
-from agentrl.trainer import placement
+from agentrl.trainer import roles
 from agentrl.trainer.ppo_trainer import PPOTrainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # Ray, a retriever server, one training step
@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # Ray, a retriever se
 LOOKUP_MODULE = '''
 """A user's schema tool: look a key up in a table given in the config."""
 
-from agentrl.agent.tools import ToolResult, ToolSpec
+from agentrl.tools import ToolResult, ToolSpec
 
 
 class LookupTool:
@@ -102,7 +102,7 @@ def test_a_schema_tool_added_by_config_to_a_hermes_run_reaches_prompt_rollout_re
     model = make_tiny_model_dir(tmp_path / "model", texts=texts, seed=0, tool_call_tokens=True)
 
     tools = (
-        "[{class_path: agentrl.agent.tools.search.SearchTool, options: {url: '"
+        "[{class_path: agentrl.tools.retrieval.SearchTool, options: {url: '"
         + search_world.retrieve_url
         + "', topk: 1}}, {class_path: user_lookup.LookupTool, options: {table: {"
         + LOOKUP_KEY
@@ -134,7 +134,7 @@ def test_a_schema_tool_added_by_config_to_a_hermes_run_reaches_prompt_rollout_re
         },
     )
     config = load_config("grpo", overrides)
-    monkeypatch.setattr(placement, "ActorWorker", ScriptedActorWorker)
+    monkeypatch.setattr(roles, "ActorWorker", ScriptedActorWorker)
     trainer = PPOTrainer(config)
     assert trainer.context.tool_tags == trainer.context.tool_names == ("search", "lookup")
     assert trainer.context.tool_format == "hermes"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.core.losses import LOSS_AGG_MODES
-from agentrl.workers.group import mini_batch_shards
 from tests.support.data_parallel import run_ranks, run_single, token_batch
 
 pytestmark = pytest.mark.slow  # spawns real gloo ranks (a few seconds each)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
+from agentrl.ports import free_port
 from agentrl.workers.base import RunContext, Worker
-from agentrl.workers.group import free_port
 
 
 def context(strategy: str) -> RunContext:

@@ -21,8 +21,8 @@ from agentrl.agent.formats.base import (
 from agentrl.agent.formats.hermes import HermesFormat
 from agentrl.agent.formats.tags import TagsFormat
 from agentrl.agent.formats.templates import HERMES_TEMPLATE
-from agentrl.agent.tools.spec import ToolSpec
 from agentrl.config.schema import RolloutConfig, ToolFormat
+from agentrl.tools.spec import ToolSpec
 
 TOOL_FORMATS: tuple[str, ...] = get_args(ToolFormat)
 

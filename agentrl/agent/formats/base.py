@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 from agentrl.agent.observations import Observation
-from agentrl.agent.tools.spec import ToolSpec
+from agentrl.tools.spec import ToolSpec
 
 # Why a call or a turn is malformed, counted by name (rollout/tool_calls/invalid/<reason>).
 MalformedReason = Literal[

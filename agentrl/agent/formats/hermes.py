@@ -39,7 +39,7 @@ from agentrl.agent.formats.templates import (
     tool_messages,
 )
 from agentrl.agent.observations import FINAL_TURN_NOTE, Observation, encode_text
-from agentrl.agent.tools.spec import ToolSpec
+from agentrl.tools.spec import ToolSpec
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(CALL_OPEN) + "(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)

@@ -23,7 +23,7 @@ from agentrl.agent.formats.base import FormatError, ParsedCall, ToolMessage, Tur
 from agentrl.agent.formats.templates import ChatRenderer
 from agentrl.agent.observations import INVALID_ACTION_HINT, Observation, ObservationEncoder, encode_text
 from agentrl.agent.prompts import encode_messages
-from agentrl.agent.tools.spec import ToolSpec
+from agentrl.tools.spec import ToolSpec
 
 
 def single_argument(spec: ToolSpec) -> str | None:

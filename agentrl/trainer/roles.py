@@ -1,0 +1,103 @@
+"""The run's roles started on the cluster: each role's worker group, from its own config section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ray.util.placement_group import remove_placement_group
+from tqdm import tqdm
+
+from agentrl.cluster.fit import plan_layout
+from agentrl.cluster.group import Placement, WorkerGroup, wait_all_started
+from agentrl.cluster.placement import ensure_cluster, reserve
+from agentrl.cluster.role_calls import CallPolicy, NodeWatch
+from agentrl.config.schema import ExperimentConfig
+from agentrl.workers.actor import ActorWorker, ReferenceWorker
+from agentrl.workers.base import RunContext
+from agentrl.workers.critic import CriticWorker
+from agentrl.workers.reward import RewardModelWorker, RuleRewardWorker
+
+
+@dataclass
+class Roles:
+    """The worker groups of one run (critic and reference only when the algorithm needs them)."""
+
+    actor: WorkerGroup
+    critic: WorkerGroup | None
+    reference: WorkerGroup | None
+    reward: WorkerGroup
+    placement_group: object | None = None
+    watch: NodeWatch | None = None  # the sentinels on the roles' nodes (role_calls)
+
+    def all(self) -> list[WorkerGroup]:
+        return [g for g in (self.actor, self.critic, self.reference, self.reward) if g is not None]
+
+    def shutdown(self, graceful: bool = True) -> None:
+        """Stop every group and give the reserved bundles back to the cluster; ``graceful`` False
+        kills the actors without asking them to leave their process groups (after a failure)."""
+        for group in self.all():
+            if graceful:
+                group.shutdown()
+            else:
+                group.kill()
+        if self.watch is not None:
+            self.watch.shutdown()
+        if self.placement_group is not None:
+            remove_placement_group(self.placement_group)
+
+
+def start_roles(
+    config: ExperimentConfig,
+    context: RunContext,
+    use_critic: bool,
+    use_reference: bool,
+    avoid: frozenset[str] = frozenset(),
+) -> Roles:
+    """Each role's worker group, built from its own config section and the run context; if one
+    fails to start, the groups already started and the reserved bundles are released. No rank
+    (nor the reward worker) is placed on the nodes in ``avoid``."""
+    layout = plan_layout(config, use_critic, use_reference)
+    ensure_cluster(config, layout, avoid)
+    group, threads = reserve(config, layout, avoid)
+    started: list[WorkerGroup] = []
+
+    def start(cls: type, section: object, role: str, world_size: int, concurrency: int = 1) -> WorkerGroup:
+        bundles, cpus, gpus = layout.roles[role]
+        placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
+        taken = frozenset(g.port for g in started)
+        started.append(
+            WorkerGroup(
+                cls, (section, context), world_size, cpus, gpus, role, placement, concurrency, calls, taken
+            )
+        )
+        return started[-1]
+
+    res = config.resources
+    # every call on every role waits under the run's deadlines, and a watch on each node they use
+    calls = CallPolicy(NodeWatch(res.node_timeout_s), res.call_timeout_s)
+    try:
+        # One-step-off: the actor generates the next rollout while it serves the update's calls.
+        concurrency = 2 if context.overlap_rollout else 1
+        actor = start(ActorWorker, config.actor, "actor", res.actor_workers, concurrency)
+        critic = reference = None
+        if use_critic:
+            # Derived once: the critic starts from the actor's model unless it names its own.
+            section = replace(config.critic, model_path=config.critic.model_path or config.actor.model_path)
+            critic = start(CriticWorker, section, "critic", res.critic_workers)
+        if use_reference:
+            reference = start(ReferenceWorker, config.actor, "reference", res.actor_workers)
+        reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
+        reward = start(reward_cls, config.reward, "reward", 1)
+        # every role was asked for before any is waited on: their workers import and load together
+        wait_all_started(started)
+        calls.watch.add({site.node_id for worker_group in started for site in worker_group.sites})
+        for worker_group in started:  # where every rank landed: a user's first check on a cluster
+            ranks = ", ".join(f"rank {s.rank} on {s.address}" for s in worker_group.sites)
+            tqdm.write(f"placed {worker_group.name}: {ranks}")
+    except BaseException:
+        for worker_group in started:  # some may still be starting: a shutdown call would queue
+            worker_group.kill()
+        calls.watch.shutdown()
+        remove_placement_group(group)
+        raise
+    return Roles(actor, critic, reference, reward, group, calls.watch)
