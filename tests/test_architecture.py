@@ -421,9 +421,7 @@ def test_the_retriever_row_allows_nothing_of_agentrl_but_the_standard_library_le
         f"but its row allows {sorted(allowed)}"
     )
     for leaf in RETRIEVER_MAY_IMPORT:
-        imported = {
-            imp.package for imp in imports_of(REPO_ROOT / "agentrl" / f"{leaf}.py", REPO_ROOT, set())
-        }
+        imported = {imp.package for imp in imports_of(REPO_ROOT / "agentrl" / f"{leaf}.py", REPO_ROOT, set())}
         assert not imported, f"agentrl/{leaf}.py, which the retriever imports, imports {sorted(imported)}"
 
 
