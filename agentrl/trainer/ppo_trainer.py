@@ -1,13 +1,14 @@
 """The single-controller PPO loop.
 
 The driver owns the data, the KL controller and the bookkeeping; the model roles live in
-Ray worker groups (actor + rollout, critic, reference, reward; ``placement.py``). ``fit()``
+Ray worker groups (actor + rollout, critic, reference, reward; ``roles.py``). ``fit()``
 is the training loop, one stage per line; each stage is a method that returns its values
 and ``fit()`` assigns them, so nothing a stage computes waits on ``self`` for a later one.
 """
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
 
@@ -38,7 +39,6 @@ from agentrl.trainer.checkpoint import CheckpointManager, rank_score
 from agentrl.trainer.dataset import StatefulLoader, build_datasets
 from agentrl.trainer.group_filter import Scored
 from agentrl.trainer.roles import Roles, start_roles
-from agentrl.trainer.rollout_ahead import RolloutAhead
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
 from agentrl.trainer.step_sampler import StepSampler
 from agentrl.trainer.time_budget import TimeBudget
@@ -90,43 +90,63 @@ class PPOTrainer:
     def fit(self, events: dict[str, float] | None = None) -> dict[str, float]:
         """Train to the end of the run; ``events`` (a supervisor's restart) are logged first, at the
         step the run resumes from."""
-        self.init_workers()
-        self.resume()
-        trainer = self.config.trainer
-        self.budget.start()
-        tracker = Tracker(
-            trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name, asdict(self.config)
-        )
+        self.start()
         metrics: dict[str, float] = {}
-        ahead: RolloutAhead | None = None  # one-step-off: the rollout generating during the update
-        try:
-            if events:
-                tracker.log(events, self.global_step)
-            if trainer.val_before_train and self.val_data is not None and self.global_step == 0:
-                tracker.log(self.validate(), step=0)
-            progress = tqdm(total=trainer.total_steps, initial=self.global_step, desc="training", unit="step")
-            done = self.finished(ahead)
+        with closing(self.open_tracker()) as tracker, self.progress() as progress:
+            self.log_start(tracker, events)
+            done = self.finished()
             while not done:
-                if trainer.one_step_off_policy:
-                    metrics, ahead = self.off_policy_step(ahead)
-                else:
-                    metrics = self.train_step(self.loader.next_batch())
-                validated = self._due(trainer.test_freq) and self.val_data is not None
+                metrics = self.step()
+                validated = self.validation_due()
                 if validated:
-                    if ahead is not None:
-                        ahead.result()  # the actor's engine serves one rollout at a time
                     metrics |= self.validate()
                 tracker.log(metrics, self.global_step)
                 progress.update(1)
-                ranked = validated and trainer.keep_best_by is not None
-                done = self.finished(ahead)  # once: the step that ends the run is the one saved
-                if self._due(trainer.save_freq) or done or ranked:  # not a rollout in flight: redrawn
-                    score = rank_score(metrics, trainer.keep_best_by) if ranked else None
-                    self.save_checkpoint(ahead.loader_state if ahead is not None else None, score)
-            progress.close()
-        finally:
-            tracker.close()
+                done = self.finished()  # once: the step that ends the run is the one saved
+                self.maybe_save(metrics, validated, done)
         return metrics
+
+    def start(self) -> None:
+        """The workers up, the run resumed from its newest checkpoint (``trainer.resume_mode``), the
+        time budget counting."""
+        self.init_workers()
+        self.resume()
+        self.budget.start()
+
+    def open_tracker(self) -> Tracker:
+        trainer = self.config.trainer
+        return Tracker(
+            trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name, asdict(self.config)
+        )
+
+    def progress(self) -> tqdm:
+        total = self.config.trainer.total_steps
+        return tqdm(total=total, initial=self.global_step, desc="training", unit="step")
+
+    def log_start(self, tracker: Tracker, events: dict[str, float] | None) -> None:
+        """A supervisor's restart events, then, for a run that starts at step 0 with
+        ``trainer.val_before_train``, a validation at step 0."""
+        if events:
+            tracker.log(events, self.global_step)
+        if self.config.trainer.val_before_train and self.val_data is not None and self.global_step == 0:
+            tracker.log(self.validate(), step=0)
+
+    def step(self) -> dict[str, float]:
+        """One training step, on-policy or one-step-off (``trainer.one_step_off_policy``); its metrics."""
+        if self.config.trainer.one_step_off_policy:
+            return self.off_policy_step()
+        return self.train_step(self.loader.next_batch())
+
+    def validation_due(self) -> bool:
+        return self._due(self.config.trainer.test_freq) and self.val_data is not None
+
+    def maybe_save(self, metrics: dict[str, float], validated: bool, done: bool) -> None:
+        """A checkpoint every ``trainer.save_freq`` steps, after the run's last step, and after each
+        validated step when checkpoints are ranked by ``trainer.keep_best_by``."""
+        keep_best_by = self.config.trainer.keep_best_by
+        ranked = validated and keep_best_by is not None
+        if self._due(self.config.trainer.save_freq) or done or ranked:
+            self.save_checkpoint(rank_score(metrics, keep_best_by) if ranked else None)
 
     def train_step(self, prompts: list) -> dict[str, float]:
         """One on-policy PPO step on ``prompts`` (and the further prompts dynamic sampling draws);
@@ -139,25 +159,21 @@ class PPOTrainer:
         metrics |= sampling_metrics | {"rollout/staleness": 0.0}
         return self.close_step(scored.rollout, batch, metrics, timer)
 
-    def off_policy_step(self, ahead: RolloutAhead | None) -> tuple[dict[str, float], RolloutAhead | None]:
+    def off_policy_step(self) -> dict[str, float]:
         """One step trained on the rollout submitted during the previous step (weights one update
         stale), after submitting the next one, which then generates during this step's update."""
         timer = StepTimer()
         with timer("step"):
-            if ahead is None:  # the first step (or the first after a resume) waits for its own
-                ahead = self.sampler.submit(self.global_step, self.global_step)
             with timer("gen_wait"):
-                rollout = ahead.result()
-            staleness = float(self.global_step - ahead.weights_version)
-            following = None
+                rollout, staleness = self.sampler.take_ahead(self.global_step)
             if self.can_draw_ahead():
                 with timer("weight_sync"):
                     self.roles.actor.run_all("sync_engine")
-                following = self.sampler.submit(self.global_step + 1, self.global_step)
+                self.sampler.draw_ahead(self.global_step + 1, self.global_step)
             scored = self.sampler.score(rollout, timer)
             batch, metrics = self.learn(scored, timer, off_policy=True)
         metrics |= self.sampler.signal(scored) | {"rollout/staleness": staleness}
-        return self.close_step(rollout, batch, metrics, timer), following
+        return self.close_step(rollout, batch, metrics, timer)
 
     def learn(self, scored: Scored, timer: StepTimer, off_policy: bool) -> tuple[Batch, dict[str, float]]:
         """Stages 2 and 3 of a step: the training batch from the scored rollout, then the updates."""
@@ -281,6 +297,7 @@ class PPOTrainer:
     def validate(self) -> dict[str, float]:
         """Greedy rollouts on the validation set, scored by ``agentrl.eval``: ``val/<source>/<metric>``
         per data source and ``val/all/<metric>`` over all of them."""
+        self.sampler.drain()  # the actor's engine serves one rollout at a time
         prompts = self.val_data.prompts
         limit = self.config.data.val_limit
         if limit is not None and limit < len(prompts):
@@ -312,14 +329,15 @@ class PPOTrainer:
             self.global_step + 1 < trainer.total_steps and self.loader.epochs_completed < trainer.total_epochs
         )
 
-    def finished(self, ahead: RolloutAhead | None = None) -> bool:
+    def finished(self) -> bool:
         """Whether the run is over: ``total_steps`` trained, its time budget spent, or ``total_epochs``
         drawn and no rollout in flight (its prompts were drawn within the budget: a step to train)."""
         if self.global_step >= self.config.trainer.total_steps:
             return True
         if self.budget.over():
             return True  # a rollout in flight is dropped: the checkpoint redraws its prompts
-        return ahead is None and self.loader.epochs_completed >= self.config.trainer.total_epochs
+        in_flight = self.sampler is not None and self.sampler.in_flight
+        return not in_flight and self.loader.epochs_completed >= self.config.trainer.total_epochs
 
     def dump(self, rollout: RolloutResult, batch: Batch) -> None:
         """This step's trajectories with their scores (view with ``python -m agentrl.agent.viewer``)."""
@@ -346,9 +364,9 @@ class PPOTrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
 
-    def save_checkpoint(self, loader_state: dict | None = None, score: float | None = None) -> Path:
-        """``loader_state``: where a resumed run draws prompts from (default: the loader now);
-        ``score``: the checkpoint's rank under ``trainer.keep_best_by``."""
+    def save_checkpoint(self, score: float | None = None) -> Path:
+        """This step's checkpoint; ``score``: its rank under ``trainer.keep_best_by``. A resumed run
+        draws prompts from where the sampler says (before a rollout in flight)."""
         partial = self.checkpoints.partial_dir(self.global_step)
         self.roles.actor.run_all("save_checkpoint", str(partial))
         if self.use_critic:
@@ -356,7 +374,7 @@ class PPOTrainer:
         torch.save(
             {
                 "global_step": self.global_step,
-                "loader": loader_state if loader_state is not None else self.loader.state_dict(),
+                "loader": self.sampler.loader_state(),
                 "kl_ctrl": self.kl_ctrl.state_dict(),
                 "rng": rng_state(),
                 "train_seconds": self.budget.spent_s(),

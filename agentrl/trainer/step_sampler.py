@@ -3,6 +3,12 @@
 With ``algorithm.dynamic_sampling`` a step draws further rounds of prompts from the loader until
 enough groups differ in score (``group_filter.fill_groups``); without it, one round. Either way
 the step's signal metrics (``group_filter.signal_metrics``) cover every sample generated.
+
+One-step-off-policy (``trainer.one_step_off_policy``) keeps one rollout in flight here: the next
+step's, submitted before this step's update (``draw_ahead``) and trained on by the next step
+(``take_ahead``). The sampler alone holds it: it waits for it before the engine serves anything
+else (``drain``), and it says where a checkpoint resumes drawing prompts from (``loader_state``:
+before the prompts of the rollout in flight).
 """
 
 from __future__ import annotations
@@ -41,6 +47,35 @@ class StepSampler:
         self.config, self.roles, self.tokenizer, self.loader = config, roles, tokenizer, loader
         self.grouped = grouped  # a group estimator: the tied-group share means something
         self.warn = warn
+        self.ahead: RolloutAhead | None = None  # one-step-off: the next step's rollout, in flight
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a rollout drawn ahead is in flight (its prompts drawn: a step still to train)."""
+        return self.ahead is not None
+
+    def drain(self) -> None:
+        """Wait for the rollout in flight, if any: the actor's engine serves one rollout at a time."""
+        if self.ahead is not None:
+            self.ahead.result()
+
+    def loader_state(self) -> dict:
+        """Where a run resumed from a checkpoint written now draws its prompts: before the prompts of
+        the rollout in flight (it is dropped, and redrawn), else where the loader stands."""
+        return self.ahead.loader_state if self.ahead is not None else self.loader.state_dict()
+
+    def take_ahead(self, step: int) -> tuple[RolloutResult, float]:
+        """One-step-off: the rollout (0-based) step ``step`` trains on, waited for, and its staleness
+        in updates: the one submitted during the step before, or one submitted now (a run's first
+        step, or the first after a resume)."""
+        ahead = self.ahead or self.submit(step, step)
+        self.ahead = None
+        return ahead.result(), float(step - ahead.weights_version)
+
+    def draw_ahead(self, step: int, weights_version: int) -> None:
+        """One-step-off: submit (0-based) step ``step``'s rollout now, on the engine's weights of
+        ``weights_version`` updates; it generates during the current step's update."""
+        self.ahead = self.submit(step, weights_version)
 
     def sample(self, prompts: list, step: int, timer: StepTimer) -> tuple[Scored, dict[str, float]]:
         """The scored rollout of ``prompts`` for (0-based) step ``step``; with dynamic sampling, more

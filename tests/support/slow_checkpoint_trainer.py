@@ -24,11 +24,11 @@ class SlowCheckpointTrainer(PPOTrainer):
         super().__init__(config)
         self.stall_step, self.seconds = stall_step, seconds
 
-    def save_checkpoint(self, loader_state: dict | None = None, score: float | None = None) -> Path:
+    def save_checkpoint(self, score: float | None = None) -> Path:
         if self.global_step == self.stall_step:
             self.roles.actor.run_all("save_checkpoint", str(self.checkpoints.partial_dir(self.global_step)))
             time.sleep(self.seconds)
-        return super().save_checkpoint(loader_state, score)
+        return super().save_checkpoint(score)
 
 
 def main(argv: list[str]) -> int:

@@ -2,11 +2,14 @@
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 from agentrl.config import load_config
 from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.dataset import StatefulLoader
 from agentrl.trainer.ppo_trainer import PPOTrainer
+from agentrl.trainer.roles import Roles
+from agentrl.trainer.step_sampler import StepSampler
 
 
 def test_only_sealed_checkpoints_count_and_old_ones_are_pruned(tmp_path):
@@ -90,14 +93,29 @@ def test_one_epoch_of_eight_prompts_in_batches_of_four_is_two_steps(tiny_model_d
     assert drawn == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
+class PromptIndices:
+    """The actor group's rollout, in this process: a submitted rollout is the indices of its prompts."""
+
+    def submit_chunks(self, method: str, prompts: list, n: int, seed: int | None, validate: bool):
+        indices = [p.index for p in prompts]
+        return SimpleNamespace(result=lambda: indices)
+
+
 def test_one_step_off_trains_the_batch_drawn_ahead_at_the_end_of_the_epoch(tiny_model_dir, tmp_path):
     """A rollout in flight holds the epoch's last batch: the run is not over until it is trained,
-    and nothing is drawn ahead from the next epoch."""
+    nothing is drawn ahead from the next epoch, and a checkpoint written while one is in flight
+    resumes before its prompts."""
     trainer = eight_prompt_trainer(tiny_model_dir, tmp_path)
-    trained, ahead = [], None
-    while not trainer.finished(ahead):  # the loop of off_policy_step, without the workers
-        current = ahead or [p.index for p in trainer.loader.next_batch()]
-        ahead = [p.index for p in trainer.loader.next_batch()] if trainer.can_draw_ahead() else None
-        trained.append(current)
+    roles = Roles(actor=PromptIndices(), critic=None, reference=None, reward=None)
+    trainer.sampler = StepSampler(trainer.config, roles, trainer.tokenizer, trainer.loader, grouped=False)
+    trained, resume_from = [], []
+    while not trainer.finished():  # the loop of off_policy_step, without the workers
+        rollout, staleness = trainer.sampler.take_ahead(trainer.global_step)
+        if trainer.can_draw_ahead():
+            trainer.sampler.draw_ahead(trainer.global_step + 1, trainer.global_step)
+        trained.append((rollout, staleness))
+        resume_from.append(trainer.sampler.loader_state()["position"])
         trainer.global_step += 1
-    assert trained == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert trained == [([0, 1, 2, 3], 0.0), ([4, 5, 6, 7], 1.0)]
+    assert resume_from == [1, 2], "step 1's checkpoint redraws the batch in flight; step 2's is at the end"
+    assert not trainer.sampler.in_flight
