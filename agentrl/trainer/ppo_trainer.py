@@ -13,7 +13,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-import ray
 import torch
 from tqdm import tqdm
 
@@ -287,11 +286,11 @@ class PPOTrainer:
         ).update.mini_batch_size
         try:
             return group.run_shards(method, mini_batch_shards(batch, group.world_size, mini_batch_size))
-        except ray.exceptions.RayTaskError as error:
-            if isinstance(error.cause, NonFiniteLossError):
-                raise TrainingDiverged(
-                    f"step {self.global_step + 1}: {error.cause}; no checkpoint written"
-                ) from None
+        except Exception as error:
+            cause = getattr(error, "cause", error)  # a Ray task's error carries the worker's own
+            if isinstance(cause, NonFiniteLossError):
+                step = self.global_step + 1
+                raise TrainingDiverged(f"step {step}: {cause}; no checkpoint written") from None
             raise
 
     def validate(self) -> dict[str, float]:
@@ -352,13 +351,15 @@ class PPOTrainer:
     # --- workers, checkpoints --------------------------------------------------------
 
     def init_workers(self) -> None:
-        self.roles = start_roles(
-            self.config,
-            self.context,
-            self.use_critic,
-            self.use_reference and not self.reference_in_actor,
-            avoid=self.avoid_nodes,
+        """Start the roles on the Ray cluster (``roles.start_roles``) and take them."""
+        use_reference_worker = self.use_reference and not self.reference_in_actor
+        self.take_roles(
+            start_roles(self.config, self.context, self.use_critic, use_reference_worker, self.avoid_nodes)
         )
+
+    def take_roles(self, roles: Roles) -> None:
+        """The run's roles and the step sampler over them; the run directory with its config."""
+        self.roles = roles
         grouped = self.estimator.needs_groups
         self.sampler = StepSampler(self.config, self.roles, self.tokenizer, self.loader, grouped)
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ray.util.placement_group import remove_placement_group
 from tqdm import tqdm
@@ -29,6 +30,18 @@ class Roles:
     placement_group: object | None = None
     watch: NodeWatch | None = None  # the sentinels on the roles' nodes (role_calls)
 
+    @classmethod
+    def of(cls, groups: dict[str, Any], placement_group: object | None = None, watch: Any = None) -> Roles:
+        """The roles of ``groups`` by role name (``role_specs``'s names)."""
+        return cls(
+            groups["actor"],
+            groups.get("critic"),
+            groups.get("reference"),
+            groups["reward"],
+            placement_group,
+            watch,
+        )
+
     def all(self) -> list[WorkerGroup]:
         return [g for g in (self.actor, self.critic, self.reference, self.reward) if g is not None]
 
@@ -46,6 +59,39 @@ class Roles:
             remove_placement_group(self.placement_group)
 
 
+@dataclass(frozen=True)
+class RoleSpec:
+    """One role of a run: its worker class, the config section it is built from, its ranks, and how
+    many calls a rank serves at once."""
+
+    role: str
+    cls: type
+    section: Any
+    world_size: int
+    concurrency: int = 1
+
+
+def role_specs(
+    config: ExperimentConfig, context: RunContext, use_critic: bool, use_reference: bool
+) -> list[RoleSpec]:
+    """The roles a run starts, in start order: actor, then the critic and the reference when the
+    algorithm needs them, then the reward."""
+    res = config.resources
+    # One-step-off: the actor generates the next rollout while it serves the update's calls.
+    specs = [
+        RoleSpec("actor", ActorWorker, config.actor, res.actor_workers, 2 if context.overlap_rollout else 1)
+    ]
+    if use_critic:
+        # Derived once: the critic starts from the actor's model unless it names its own.
+        section = replace(config.critic, model_path=config.critic.model_path or config.actor.model_path)
+        specs.append(RoleSpec("critic", CriticWorker, section, res.critic_workers))
+    if use_reference:
+        specs.append(RoleSpec("reference", ReferenceWorker, config.actor, res.actor_workers))
+    reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
+    specs.append(RoleSpec("reward", reward_cls, config.reward, 1))
+    return specs
+
+
 def start_roles(
     config: ExperimentConfig,
     context: RunContext,
@@ -59,45 +105,37 @@ def start_roles(
     layout = plan_layout(config, use_critic, use_reference)
     ensure_cluster(config, layout, avoid)
     group, threads = reserve(config, layout, avoid)
-    started: list[WorkerGroup] = []
-
-    def start(cls: type, section: object, role: str, world_size: int, concurrency: int = 1) -> WorkerGroup:
-        bundles, cpus, gpus = layout.roles[role]
-        placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
-        taken = frozenset(g.port for g in started)
-        started.append(
-            WorkerGroup(
-                cls, (section, context), world_size, cpus, gpus, role, placement, concurrency, calls, taken
-            )
-        )
-        return started[-1]
-
     res = config.resources
     # every call on every role waits under the run's deadlines, and a watch on each node they use
     calls = CallPolicy(NodeWatch(res.node_timeout_s), res.call_timeout_s)
+    started: dict[str, WorkerGroup] = {}
     try:
-        # One-step-off: the actor generates the next rollout while it serves the update's calls.
-        concurrency = 2 if context.overlap_rollout else 1
-        actor = start(ActorWorker, config.actor, "actor", res.actor_workers, concurrency)
-        critic = reference = None
-        if use_critic:
-            # Derived once: the critic starts from the actor's model unless it names its own.
-            section = replace(config.critic, model_path=config.critic.model_path or config.actor.model_path)
-            critic = start(CriticWorker, section, "critic", res.critic_workers)
-        if use_reference:
-            reference = start(ReferenceWorker, config.actor, "reference", res.actor_workers)
-        reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
-        reward = start(reward_cls, config.reward, "reward", 1)
+        for spec in role_specs(config, context, use_critic, use_reference):
+            bundles, cpus, gpus = layout.roles[spec.role]
+            placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
+            taken = frozenset(g.port for g in started.values())  # the ports of groups still starting
+            started[spec.role] = WorkerGroup(
+                spec.cls,
+                (spec.section, context),
+                spec.world_size,
+                cpus,
+                gpus,
+                spec.role,
+                placement,
+                spec.concurrency,
+                calls,
+                taken,
+            )
         # every role was asked for before any is waited on: their workers import and load together
-        wait_all_started(started)
-        calls.watch.add({site.node_id for worker_group in started for site in worker_group.sites})
-        for worker_group in started:  # where every rank landed: a user's first check on a cluster
+        wait_all_started(list(started.values()))
+        calls.watch.add({site.node_id for worker_group in started.values() for site in worker_group.sites})
+        for worker_group in started.values():  # where every rank landed: a user's first check on a cluster
             ranks = ", ".join(f"rank {s.rank} on {s.address}" for s in worker_group.sites)
             tqdm.write(f"placed {worker_group.name}: {ranks}")
     except BaseException:
-        for worker_group in started:  # some may still be starting: a shutdown call would queue
+        for worker_group in started.values():  # some may still be starting: a shutdown call would queue
             worker_group.kill()
         calls.watch.shutdown()
         remove_placement_group(group)
         raise
-    return Roles(actor, critic, reference, reward, group, calls.watch)
+    return Roles.of(started, group, calls.watch)

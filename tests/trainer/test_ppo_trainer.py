@@ -17,46 +17,13 @@ import pytest
 import ray
 import torch
 from safetensors.torch import load_file
+from support.ppo_runs import CRITIC_METRICS, REQUIRED_METRICS, read_metrics, run
 
 from agentrl.config import load_config
 from agentrl.trainer.checkpoint import CheckpointManager
-from agentrl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
+from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.tracking import CONSOLE_KEYS
 
-REQUIRED_METRICS = [
-    "actor/pg_loss",
-    "actor/pg_clipfrac",
-    "actor/ppo_kl",
-    "actor/entropy",
-    "actor/grad_norm",
-    "actor/lr",
-    "reward/score/mean",
-    "reward/kl_penalized/mean",
-    "advantages/mean",
-    "returns/mean",
-    "rollout/response_length",
-    "rollout/num_turns",
-    "rollout/tool_calls",
-    "rollout/tool_calls/search",
-    "rollout/finished",
-    "rollout/tool_busy_s",
-    "kl/coef",
-    "rollout/logprob_diff",
-    "timing_s/gen",
-    "timing_s/ref",
-    "timing_s/old_log_prob",
-    "timing_s/adv",
-    "timing_s/update_actor",
-    "timing_s/step",
-    "throughput/tokens_per_s",
-]
-CRITIC_METRICS = [
-    "critic/vf_loss",
-    "critic/vf_clipfrac",
-    "critic/values/mean",
-    "timing_s/values",
-    "timing_s/update_critic",
-]
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # real Ray clusters, a retriever server and training steps
 
@@ -66,28 +33,6 @@ def ray_session():
     yield
     if ray.is_initialized():
         ray.shutdown()
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def run(preset: str, overrides: list[str]) -> tuple[PPOTrainer, dict, dict]:
-    """Fit and return the trainer with reference/actor weight checksums before and after."""
-    trainer = PPOTrainer(load_config(preset, overrides))
-    trainer.init_workers()
-    before = {"actor": trainer.roles.actor.run_all("weight_checksum")[0]}
-    if trainer.roles.reference is not None:
-        before["reference"] = trainer.roles.reference.run_all("weight_checksum")[0]
-    trainer.init_workers = lambda: None  # already up
-    try:
-        trainer.fit()
-        after = {"actor": trainer.roles.actor.run_all("weight_checksum")[0]}
-        if trainer.roles.reference is not None:
-            after["reference"] = trainer.roles.reference.run_all("weight_checksum")[0]
-    finally:
-        trainer.shutdown()
-    return trainer, before, after
 
 
 def test_ppo_three_steps_logs_finite_metrics_and_trains_only_the_actor(search_world, tmp_path):
@@ -109,126 +54,6 @@ def test_ppo_three_steps_logs_finite_metrics_and_trains_only_the_actor(search_wo
     assert rows[0]["rollout/logprob_diff"] < 1e-3, (
         "engine and trainer log-probs of the same weights must agree"
     )
-
-
-def test_grpo_three_steps_builds_no_critic_skips_the_old_log_prob_pass_and_keeps_its_best_checkpoint(
-    search_world, tmp_path
-):
-    run_dir = tmp_path / "grpo"
-    ranked = {"trainer.test_freq": 1, "trainer.keep_best_by": "val/all/f1", "trainer.max_ckpt_to_keep": 1}
-    # 4 prompts x 2 samples = one mini-batch of 8: one on-policy optimiser step, so π_old is the update's
-    one_step = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "actor.skip_old_log_prob": True}
-    trainer, before, after = run("grpo", search_world.overrides(run_dir, steps=3, **one_step, **ranked))
-    assert trainer.roles.critic is None and trainer.roles.reference is not None
-    rows = read_metrics(run_dir)
-    assert len(rows) == 3
-    for row in rows:
-        assert not [k for k in REQUIRED_METRICS if k not in row and k != "timing_s/old_log_prob"]
-        assert "timing_s/old_log_prob" not in row and "actor/logprob_diff" not in row
-        assert row["rollout/logprob_diff"] < 1e-3, "measured on the update's forward instead"
-        assert row["actor/ppo_kl"] == 0 and row["actor/pg_clipfrac"] == 0  # the ratio is exactly 1
-        assert not [k for k in row if k.startswith("critic/")], "a critic-free run logs no critic/* metric"
-        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
-        assert "actor/kl_loss" in row  # grpo preset: KL as a loss term
-    assert after["reference"] == before["reference"] and after["actor"] != before["actor"]
-    # save_freq=0, yet each validated step saved a checkpoint ranked by its own val/all/f1
-    f1 = {row["step"]: row["val/all/f1"] for row in rows}
-    best_step = max(f1, key=lambda step: (f1[step], step))
-    kept = trainer.checkpoints.complete_checkpoints()
-    assert [step for step, _ in kept] == sorted({best_step, 3}), "the best one and the last one"
-    for step, path in kept:
-        assert json.loads((path / "COMPLETE").read_text())["score"] == f1[step]
-    assert trainer.checkpoints.best().name == f"step_{best_step}"
-
-
-def test_grpo_with_dynamic_sampling_draws_rounds_keeps_the_batch_size_and_logs_the_overlong_treatments(
-    search_world, tmp_path
-):
-    run_dir = tmp_path / "dapo"
-    dapo = {
-        "actor.rollout.n": 2,
-        "algorithm.dynamic_sampling.enable": True,
-        "algorithm.dynamic_sampling.max_rounds": 3,
-        "algorithm.overlong_filter": True,
-        "reward.overlong_buffer": 32,
-        "trainer.alarm_after_steps": 2,
-    }
-    trainer, _, after = run("grpo", search_world.overrides(run_dir, steps=2, **dapo))
-    rows = read_metrics(run_dir)
-    assert len(rows) == 2
-    for row in rows:
-        kept = row["dynamic_sampling/informative_groups"] + row["dynamic_sampling/padded_groups"]
-        assert kept == 4, "the batch always holds data.train_batch_size groups"
-        rounds = row["dynamic_sampling/rounds"]
-        assert 1 <= rounds <= 3 and row["dynamic_sampling/prompts_consumed"] == 4 * rounds
-        if row["dynamic_sampling/informative_groups"] < 4:
-            assert rounds == 3, "a step short of informative groups draws every round it may"
-        for key in ("signal/tied_group_share", "signal/score_spread", "overlong_filter/masked_share"):
-            assert 0 <= row[key] <= 1 or key == "signal/score_spread"
-        assert row["reward/overlong_penalty"] <= 0 and "alarms/all_groups_tied_steps" in row
-    # the loader stands after every prompt the rounds drew: what a resumed run draws on from
-    assert trainer.loader.state_dict()["position"] == sum(r["dynamic_sampling/rounds"] for r in rows)
-
-
-def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_importance_weights(
-    search_world, tmp_path
-):
-    run_dir = tmp_path / "off"
-    _, before, after = run(
-        "grpo",
-        search_world.overrides(
-            run_dir,
-            steps=3,
-            **{
-                "actor.rollout.n": 2,
-                "actor.update.mini_batch_size": 8,
-                "trainer.one_step_off_policy": True,
-                "trainer.save_freq": 1,
-                "trainer.test_freq": 2,  # validation while the next rollout is in flight
-            },
-        ),
-    )
-    rows = read_metrics(run_dir)
-    assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
-    assert "val/all/em" in rows[1]
-    # Step 2's checkpoint resumes before the prompts of the rollout then in flight (batch 3).
-    state = torch.load(run_dir / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
-    assert state["loader"]["position"] == 2
-    # The first rollout used the current weights; the later ones the weights before the last update.
-    assert rows[0]["rollout/logprob_diff"] < 1e-3
-    assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
-    for row in rows:
-        assert {"tis/weight_mean", "tis/truncated_frac", "timing_s/gen_wait"} <= row.keys()
-        assert "timing_s/gen" not in row, "the generation itself overlapped the previous update"
-        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
-    assert all("timing_s/weight_sync" in r for r in rows[:2]) and "timing_s/weight_sync" not in rows[2]
-    assert after["actor"] != before["actor"]
-
-
-def test_reward_goes_up_on_an_easy_task(search_world, tmp_path):
-    run_dir = tmp_path / "easy"
-    overrides = search_world.overrides(
-        run_dir,
-        steps=30,
-        **{
-            "reward.scorer": "tests.trainer.scorers:letter_e_scorer",
-            "actor.rollout.max_turns": 0,
-            "actor.rollout.max_tokens_per_turn": 16,
-            "actor.rollout.n": 4,
-            "data.train_batch_size": 4,
-            "actor.update.mini_batch_size": 16,
-            "actor.update.micro_batch_size": 8,
-            "actor.update.epochs": 2,
-            "actor.optim.lr": 1e-2,
-            "algorithm.use_kl_in_reward": False,
-            "actor.use_kl_loss": False,
-            "actor.entropy_coeff": 0.0,
-        },
-    )
-    run("grpo", overrides)
-    scores = [row["reward/score/mean"] for row in read_metrics(run_dir)]
-    start, end = sum(scores[:3]) / 3, sum(scores[-3:]) / 3
-    assert end > start + 0.05 and end > 1.5 * start, f"score did not rise: {scores}"
 
 
 def _trainer_state(path: Path) -> dict:
@@ -351,23 +176,6 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(
     a, b = _final_actor_weights(straight), _final_actor_weights(run_dir)
     for key in a:
         torch.testing.assert_close(a[key], b[key], msg=f"{key}: the resumed run ends elsewhere")
-
-
-def test_nan_reward_stops_the_run_naming_step_and_metric_without_a_checkpoint(search_world, tmp_path):
-    run_dir = tmp_path / "nan"
-    config = load_config(
-        "ppo",
-        search_world.overrides(
-            run_dir, steps=2, **{"reward.scorer": "tests.trainer.scorers:nan_scorer", "trainer.save_freq": 1}
-        ),
-    )
-    trainer = PPOTrainer(config)
-    try:
-        with pytest.raises(TrainingDiverged, match=r"step 1: critic/loss is nan; no checkpoint written"):
-            trainer.fit()
-    finally:
-        trainer.shutdown()
-    assert CheckpointManager(run_dir).complete_checkpoints() == []
 
 
 def test_data_parallel_actor_keeps_replicas_identical(search_world, tmp_path):

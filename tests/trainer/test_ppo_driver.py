@@ -1,0 +1,158 @@
+"""The PPO driver's logic on a tiny real model and a real retriever, its roles in this process.
+
+Critic-free GRPO and checkpoint ranking, dynamic sampling, one-step-off with truncated importance
+weights, a diverged run, and learning itself do not depend on where the workers run: the real
+workers answer in this process (``support.in_process``), without Ray. Ray's wiring is
+``test_ppo_trainer.py``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from support.in_process import run_in_process
+from support.ppo_runs import REQUIRED_METRICS, read_metrics, run
+
+from agentrl.config import load_config
+from agentrl.trainer.checkpoint import CheckpointManager
+from agentrl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
+
+
+def test_grpo_three_steps_builds_no_critic_skips_the_old_log_prob_pass_and_keeps_its_best_checkpoint(
+    search_world, tmp_path
+):
+    run_dir = tmp_path / "grpo"
+    ranked = {"trainer.test_freq": 1, "trainer.keep_best_by": "val/all/f1", "trainer.max_ckpt_to_keep": 1}
+    # 4 prompts x 2 samples = one mini-batch of 8: one on-policy optimiser step, so π_old is the update's
+    one_step = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "actor.skip_old_log_prob": True}
+    trainer, before, after = run(
+        "grpo", search_world.overrides(run_dir, steps=3, **one_step, **ranked), in_process=True
+    )
+    assert trainer.roles.critic is None and trainer.roles.reference is not None
+    rows = read_metrics(run_dir)
+    assert len(rows) == 3
+    for row in rows:
+        assert not [k for k in REQUIRED_METRICS if k not in row and k != "timing_s/old_log_prob"]
+        assert "timing_s/old_log_prob" not in row and "actor/logprob_diff" not in row
+        assert row["rollout/logprob_diff"] < 1e-3, "measured on the update's forward instead"
+        assert row["actor/ppo_kl"] == 0 and row["actor/pg_clipfrac"] == 0  # the ratio is exactly 1
+        assert not [k for k in row if k.startswith("critic/")], "a critic-free run logs no critic/* metric"
+        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
+        assert "actor/kl_loss" in row  # grpo preset: KL as a loss term
+    assert after["reference"] == before["reference"] and after["actor"] != before["actor"]
+    # save_freq=0, yet each validated step saved a checkpoint ranked by its own val/all/f1
+    f1 = {row["step"]: row["val/all/f1"] for row in rows}
+    best_step = max(f1, key=lambda step: (f1[step], step))
+    kept = trainer.checkpoints.complete_checkpoints()
+    assert [step for step, _ in kept] == sorted({best_step, 3}), "the best one and the last one"
+    for step, path in kept:
+        assert json.loads((path / "COMPLETE").read_text())["score"] == f1[step]
+    assert trainer.checkpoints.best().name == f"step_{best_step}"
+
+
+def test_grpo_with_dynamic_sampling_draws_rounds_keeps_the_batch_size_and_logs_the_overlong_treatments(
+    search_world, tmp_path
+):
+    run_dir = tmp_path / "dapo"
+    dapo = {
+        "actor.rollout.n": 2,
+        "algorithm.dynamic_sampling.enable": True,
+        "algorithm.dynamic_sampling.max_rounds": 3,
+        "algorithm.overlong_filter": True,
+        "reward.overlong_buffer": 32,
+        "trainer.alarm_after_steps": 2,
+    }
+    trainer, _, after = run("grpo", search_world.overrides(run_dir, steps=2, **dapo), in_process=True)
+    rows = read_metrics(run_dir)
+    assert len(rows) == 2
+    for row in rows:
+        kept = row["dynamic_sampling/informative_groups"] + row["dynamic_sampling/padded_groups"]
+        assert kept == 4, "the batch always holds data.train_batch_size groups"
+        rounds = row["dynamic_sampling/rounds"]
+        assert 1 <= rounds <= 3 and row["dynamic_sampling/prompts_consumed"] == 4 * rounds
+        if row["dynamic_sampling/informative_groups"] < 4:
+            assert rounds == 3, "a step short of informative groups draws every round it may"
+        for key in ("signal/tied_group_share", "signal/score_spread", "overlong_filter/masked_share"):
+            assert 0 <= row[key] <= 1 or key == "signal/score_spread"
+        assert row["reward/overlong_penalty"] <= 0 and "alarms/all_groups_tied_steps" in row
+    # the loader stands after every prompt the rounds drew: what a resumed run draws on from
+    assert trainer.loader.state_dict()["position"] == sum(r["dynamic_sampling/rounds"] for r in rows)
+
+
+def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_importance_weights(
+    search_world, tmp_path
+):
+    run_dir = tmp_path / "off"
+    _, before, after = run(
+        "grpo",
+        search_world.overrides(
+            run_dir,
+            steps=3,
+            **{
+                "actor.rollout.n": 2,
+                "actor.update.mini_batch_size": 8,
+                "trainer.one_step_off_policy": True,
+                "trainer.save_freq": 1,
+                "trainer.test_freq": 2,  # validation while the next rollout is in flight
+            },
+        ),
+        in_process=True,
+    )
+    rows = read_metrics(run_dir)
+    assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+    assert "val/all/em" in rows[1]
+    # Step 2's checkpoint resumes before the prompts of the rollout then in flight (batch 3).
+    state = torch.load(run_dir / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
+    assert state["loader"]["position"] == 2
+    # The first rollout used the current weights; the later ones the weights before the last update.
+    assert rows[0]["rollout/logprob_diff"] < 1e-3
+    assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
+    for row in rows:
+        assert {"tis/weight_mean", "tis/truncated_frac", "timing_s/gen_wait"} <= row.keys()
+        assert "timing_s/gen" not in row, "the generation itself overlapped the previous update"
+        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
+    assert all("timing_s/weight_sync" in r for r in rows[:2]) and "timing_s/weight_sync" not in rows[2]
+    assert after["actor"] != before["actor"]
+
+
+def test_reward_goes_up_on_an_easy_task(search_world, tmp_path):
+    run_dir = tmp_path / "easy"
+    overrides = search_world.overrides(
+        run_dir,
+        steps=30,
+        **{
+            "reward.scorer": "tests.trainer.scorers:letter_e_scorer",
+            "actor.rollout.max_turns": 0,
+            "actor.rollout.max_tokens_per_turn": 16,
+            "actor.rollout.n": 4,
+            "data.train_batch_size": 4,
+            "actor.update.mini_batch_size": 16,
+            "actor.update.micro_batch_size": 8,
+            "actor.update.epochs": 2,
+            "actor.optim.lr": 1e-2,
+            "algorithm.use_kl_in_reward": False,
+            "actor.use_kl_loss": False,
+            "actor.entropy_coeff": 0.0,
+        },
+    )
+    run("grpo", overrides, in_process=True)
+    scores = [row["reward/score/mean"] for row in read_metrics(run_dir)]
+    start, end = sum(scores[:3]) / 3, sum(scores[-3:]) / 3
+    assert end > start + 0.05 and end > 1.5 * start, f"score did not rise: {scores}"
+
+
+def test_nan_reward_stops_the_run_naming_step_and_metric_without_a_checkpoint(search_world, tmp_path):
+    run_dir = tmp_path / "nan"
+    config = load_config(
+        "ppo",
+        search_world.overrides(
+            run_dir, steps=2, **{"reward.scorer": "tests.trainer.scorers:nan_scorer", "trainer.save_freq": 1}
+        ),
+    )
+    trainer = PPOTrainer(config)
+    with pytest.raises(TrainingDiverged, match=r"step 1: critic/loss is nan; no checkpoint written"):
+        run_in_process(trainer)
+    assert CheckpointManager(run_dir).complete_checkpoints() == []
