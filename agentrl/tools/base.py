@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-RESERVED_TAGS = frozenset({"answer", "think", "information"})
+from agentrl.tools.rules import check_tag, check_timeout
 
 
 @dataclass
@@ -65,7 +65,8 @@ class Tool(Protocol):
 
 def validate_tool(tool: object, where: str) -> Tool:
     """Check that a tag tool fits the protocol, with an error that says what is missing
-    (a schema tool, one with a ``spec``, is checked by ``agentrl.tools.typed.as_typed``)."""
+    (a schema tool, one with a ``spec``, is checked by ``agentrl.tools.typed.as_typed``); its tag
+    and timeout by the rules of ``agentrl.tools.rules``."""
     for attr in ("name", "tag", "timeout_s", "execute"):
         if not hasattr(tool, attr):
             raise TypeError(
@@ -74,19 +75,3 @@ def validate_tool(tool: object, where: str) -> Tool:
     check_tag(tool.tag, where)  # type: ignore[attr-defined]
     check_timeout(tool.timeout_s, where)  # type: ignore[attr-defined]
     return tool  # type: ignore[return-value]
-
-
-def check_tag(tag: object, where: str) -> str:
-    """A tool's tag: an identifier that is not one of the reserved tags."""
-    if not isinstance(tag, str) or not tag.isidentifier():
-        raise ValueError(f"{where}: tool tag must be an identifier like 'search', got {tag!r}")
-    if tag in RESERVED_TAGS:
-        raise ValueError(f"{where}: tool tag {tag!r} is reserved (reserved: {sorted(RESERVED_TAGS)})")
-    return tag
-
-
-def check_timeout(timeout: object, where: str) -> float:
-    """A tool's ``timeout_s``: a number > 0."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"{where}: tool timeout_s must be > 0, got {timeout!r}")
-    return float(timeout)

@@ -2,9 +2,11 @@
 
 ``ToolConfig(class_path="my_pkg.tools.Weather", options={"api_url": ...})`` (or
 ``"my_pkg.tools:Weather"``) imports the class and calls it with ``options`` as keyword
-arguments. Options are checked against the constructor's signature first, so a typo
-fails with the tool's path and the option's name instead of a bare ``TypeError``. Tag
-tools and schema tools (``typed.py``) are both built and checked here.
+arguments. Options are checked first (``rules.check_options``: the constructor's keywords, or
+the fields of the tool's ``options_class``), so a typo fails with the tool's path, the option's
+name and the closest one the tool takes instead of a bare ``TypeError``. Tag tools and schema
+tools (``typed.py``) are both built and checked here; two tools sharing a tag or a name are
+refused (``rules.Claims``).
 
 One element builds one tool, or several: a class whose instances have ``list_tools()`` (and
 neither a ``spec`` nor an ``execute``) is a **tool set**, e.g. ``mcp.MCPTools``, the
@@ -16,7 +18,6 @@ is one tool and refuses a tool set.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,28 +25,8 @@ from agentrl.config.moved import current_class_path
 from agentrl.config.schema import ToolConfig
 from agentrl.importing import import_object
 from agentrl.tools.base import Tool
+from agentrl.tools.rules import Claims, check_options
 from agentrl.tools.typed import as_typed
-
-
-def _check_options(cls: Any, options: Mapping[str, Any], path: str) -> None:
-    try:
-        sig = inspect.signature(cls)
-    except (TypeError, ValueError):  # builtins without a signature: let the call decide
-        return
-    params = sig.parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        raise ValueError(f"tool {path!r}: unknown option(s) {unknown}; accepted: {sorted(accepted)}")
-    missing = sorted(
-        n
-        for n, p in params.items()
-        if n in accepted and p.default is inspect.Parameter.empty and n not in options
-    )
-    if missing:
-        raise ValueError(f"tool {path!r}: missing required option(s) {missing}")
 
 
 def is_tool_set(obj: Any) -> bool:
@@ -71,7 +52,7 @@ def _instantiate(config: ToolConfig | Mapping[str, Any]) -> tuple[Any, str]:
     cls = import_object(path, "tool class_path")
     if not callable(cls):
         raise TypeError(f"tool class_path {path!r} names {type(cls).__name__}, not a class")
-    _check_options(cls, options, path)
+    check_options(cls, options, f"tool {path!r}")
     try:
         return cls(**options), path
     except (TypeError, ValueError) as exc:
@@ -105,14 +86,14 @@ def build_tool(config: ToolConfig | Mapping[str, Any]) -> Tool:
 def build_tools(configs: Iterable[ToolConfig | Mapping[str, Any]]) -> dict[str, Tool]:
     """All configured tools by tag, tool sets expanded; two tools may not share a tag or a name."""
     tools: dict[str, Tool] = {}
-    seen: dict[tuple[str, str], Any] = {}  # ("tag", "<search>") / ("name", "'search'") -> tool
+    claims: Claims[Any] = Claims()
     for config in configs:
         for tool in build_toolset(config):
             typed = as_typed(tool)
-            for key in (("tag", f"<{typed.tag}>"), ("name", repr(typed.name))):
-                if key in seen:
-                    first, second = type(seen[key]).__name__, type(tool).__name__
-                    raise ValueError(f"tools {first} and {second} both use {key[0]} {key[1]}")
-                seen[key] = tool
+            clash = claims.claim(tool, tag=typed.tag, name=typed.name)
+            if clash is not None:
+                shown = f"<{clash.value}>" if clash.kind == "tag" else repr(clash.value)
+                first, second = type(clash.holder).__name__, type(tool).__name__
+                raise ValueError(f"tools {first} and {second} both use {clash.kind} {shown}")
             tools[typed.tag] = tool
     return tools

@@ -28,14 +28,8 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from agentrl.tools.base import (
-    ToolContractError,
-    ToolResult,
-    ToolTimeout,
-    check_tag,
-    check_timeout,
-    validate_tool,
-)
+from agentrl.tools.base import ToolContractError, ToolResult, ToolTimeout, validate_tool
+from agentrl.tools.rules import check_tag, check_timeout
 from agentrl.tools.spec import ToolSpec
 
 DEFAULT_ARGUMENT = "query"

@@ -41,7 +41,6 @@ an error observation of that trajectory), and the next call starts it again, at 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import re
 from collections.abc import Sequence
@@ -49,8 +48,9 @@ from typing import Any
 
 import mcp_types
 
-from agentrl.tools.base import ToolResult, check_tag, check_timeout
+from agentrl.tools.base import ToolResult
 from agentrl.tools.mcp.client import MCPClient, MCPEndpoint
+from agentrl.tools.rules import check_tag, check_timeout, did_you_mean
 from agentrl.tools.spec import ToolSpec
 
 __all__ = ["MCPTool", "MCPTools"]
@@ -151,7 +151,7 @@ class MCPTools:
         if self.allowed is not None:
             unknown = [name for name in self.allowed if name not in by_name]
             if unknown:
-                hints = "".join(_did_you_mean(name, list(by_name)) for name in unknown)
+                hints = "".join(did_you_mean(name, by_name, for_name=True) for name in unknown)
                 raise ValueError(
                     f"{self.endpoint} lists no tool {unknown}{hints}; it lists {sorted(by_name)}"
                 )
@@ -172,11 +172,6 @@ class MCPTools:
     async def close(self) -> None:
         """Close the server's connection on this loop, if any."""
         await self.client.close()
-
-
-def _did_you_mean(name: str, choices: list[str]) -> str:
-    match = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r} for {name!r}?)" if match else ""
 
 
 def _description(tool: mcp_types.Tool) -> str:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentrl.tools.base import ToolResult, check_tag
+from agentrl.tools.base import ToolResult
 from agentrl.tools.retrieval.connection import RetrieverConnection
+from agentrl.tools.rules import check_tag
 from agentrl.tools.spec import ToolSpec
 
 DEFAULT_URL = "http://127.0.0.1:8000/open_page"

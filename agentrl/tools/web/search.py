@@ -37,7 +37,8 @@ import re
 import sqlite3
 from typing import Any
 
-from agentrl.tools.base import ToolResult, check_tag
+from agentrl.tools.base import ToolResult
+from agentrl.tools.rules import check_tag
 from agentrl.tools.spec import ToolSpec
 from agentrl.tools.web.cache import SearchCache, cache_key
 from agentrl.tools.web.client import SERPER_URL, Attempts, SerperClient, TokenBucket, WebSearchError
