@@ -1,6 +1,6 @@
 """A wiki-18-sized flat index served through the bring-your-own-index path: start-up, memory, exactness.
 
-    python benchmarks/byo_index.py --work /tmp/byo2m [--passages 2000000] [--dim 768] \\
+    python -m benchmarks.byo_index --work /tmp/byo2m [--passages 2000000] [--dim 768] \\
         [--phases generate attach serve compress] [--out docs/results/retriever_scale]
 
 Phases (each resumable: a phase whose output exists is skipped):
@@ -38,9 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from benchmarks.retriever_scale_common import (  # noqa: E402
+from benchmarks.common.paths import REPO, SHARED_DATA
+from benchmarks.common.retriever_scale import (
     build_encoder,
     drop_page_cache,
     latent_queries,
@@ -224,7 +223,7 @@ def phase_compress(work: Path, factories: list[str], train_size: int, seed: int)
 
 
 def args_data() -> str:
-    return os.environ.get("AGENTRL_DATA", str(REPO.parent / "shared" / "data"))
+    return os.environ.get("AGENTRL_DATA", str(SHARED_DATA))
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """GRPO with and without dynamic sampling on the quickstart world: validation EM against training time.
 
-    python benchmarks/dynamic_sampling.py [--quickstart runs/quickstart] [--minutes 4] [--target-em 0.4]
+    python -m benchmarks.dynamic_sampling [--quickstart runs/quickstart] [--minutes 4] [--target-em 0.4]
 
 Both runs start from the quickstart's SFT model (the quickstart is run first when
 ``--quickstart`` holds none), with the same seed, the quickstart's rollout and the ``grpo``
@@ -24,9 +24,6 @@ import shutil
 import sys
 from pathlib import Path
 from typing import Any
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 MODES = {
     "baseline": ["algorithm.dynamic_sampling.enable=false"],

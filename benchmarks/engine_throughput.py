@@ -1,8 +1,8 @@
 """Generated tokens per second of the HF and vLLM engines at a few batch sizes.
 
-    python benchmarks/engine_throughput.py                       # tiny model, both engines
-    python benchmarks/engine_throughput.py --model /tmp/smollm2  # a converted real model
-    python benchmarks/engine_throughput.py --engines hf --batch-sizes 8,64
+    python -m benchmarks.engine_throughput                       # tiny model, both engines
+    python -m benchmarks.engine_throughput --model /tmp/smollm2  # a converted real model
+    python -m benchmarks.engine_throughput --engines hf --batch-sizes 8,64
 
 Each engine gets one warm-up batch, then ``--repeats`` timed ``generate_batch`` calls
 of chat-formatted questions (sampling at T=1, seeded, so both engines decode

@@ -1,6 +1,6 @@
 """Per-rank memory of parameters + gradients + optimiser state: fsdp on N ranks vs dp.
 
-    python benchmarks/fsdp_memory.py [--ranks 2] [--hidden 512] [--layers 4]
+    python -m benchmarks.fsdp_memory [--ranks 2] [--hidden 512] [--layers 4]
 
 Both strategies run the real ``ActorWorker`` (fp32 master weights, AdamW) on N spawned gloo
 ranks and take one PPO update of the same batch; each rank then counts the bytes it holds
@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from actor_workload import actor_section, context, ppo_batch
 
 from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer
 from agentrl.ports import free_port
 from agentrl.workers.actor import ActorWorker
+from agentrl.workers.synthetic import actor_section, context, ppo_batch
 
 
 def local_bytes(tensor: torch.Tensor) -> int:

@@ -1,15 +1,16 @@
 """Resident memory of an actor across CPU updates, with and without handing the freed heap back.
 
-    python benchmarks/heap_trim.py [--rows 8] [--steps 8] [--model-cache DIR]
+    python -m benchmarks.heap_trim [--rows 8] [--steps 8] [--model-cache DIR]
 
 The real SmolLM2-135M-Instruct in an ``ActorWorker`` (no Ray) with the search_qa recipe's
-actor settings (``benchmarks/lora_vs_full.py``) updates on search-agent-shaped batches whose
-size changes every step (``rows/2`` to ``rows`` trajectories, seeded), as a real run's do. Each
-mode runs in a process of its own: the baseline with ``release_free_heap`` switched off (the
-worker before it), then as shipped, where every update ends with glibc's ``malloc_trim``. It
-prints, per step, the resident memory after the update, and at the end the mean resident GiB
-between updates (what the rollout that follows has to live with), the growth per step after the
-first two and the seconds the trim takes, each against the baseline.
+actor settings (``benchmarks/common/recipe_actor.py``, as in ``lora_vs_full``) updates on
+search-agent-shaped batches whose size changes every step (``rows/2`` to ``rows`` trajectories,
+seeded), as a real run's do. Each mode runs in a process of its own: the baseline with
+``release_free_heap`` switched off (the worker before it), then as shipped, where every update
+ends with glibc's ``malloc_trim``. It prints, per step, the resident memory after the update,
+and at the end the mean resident GiB between updates (what the rollout that follows has to live
+with), the growth per step after the first two and the seconds the trim takes, each against the
+baseline.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import report_figures, run_modes, smollm2_model_dir
+from benchmarks.common.models import smollm2_model_dir
+from benchmarks.common.modes import report_figures, run_modes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -29,9 +31,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def run_mode(model_dir: Path, trim: bool, rows: int, steps: int) -> dict[str, list[float]]:
     import torch
-    from lora_vs_full import actor_worker, search_batch
 
     import agentrl.workers.base as base
+    from benchmarks.common.recipe_actor import actor_worker, search_batch
 
     shipped = base.release_free_heap
     trim_seconds: list[float] = []
@@ -76,7 +78,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = smollm2_model_dir(args.model_cache, tmp)
         shared = ["--model-cache", str(model_dir), "--rows", str(args.rows), "--steps", str(args.steps)]
-        runs = run_modes(__file__, [(mode, ["--one", mode, *shared]) for mode in ("no-trim", "trim")])
+        runs = run_modes(__spec__.name, [(mode, ["--one", mode, *shared]) for mode in ("no-trim", "trim")])
 
     def summary(mode: str) -> tuple[float, float, float, float, float]:
         rss, update = runs[mode]["rss"], runs[mode]["update"]

@@ -1,7 +1,7 @@
 """Peak memory of the log-prob pass, chunked projection vs the plain full logits, at a 151,936 vocabulary.
 
-    python benchmarks/logprob_memory.py                          # 8 x 512 response tokens
-    python benchmarks/logprob_memory.py --rows 4 --response 256 --entropy
+    python -m benchmarks.logprob_memory                          # 8 x 512 response tokens
+    python -m benchmarks.logprob_memory --rows 4 --response 256 --entropy
 
 One pass is what the actor's update does per micro-batch: the forward (``policy_forward``
 with ``chunk_tokens``, or the plain computation it replaced: full ``(B, T, V)`` logits, the
@@ -96,7 +96,7 @@ def main() -> None:
         return
     results = {}
     for variant in ("plain", "chunked"):
-        command = [sys.executable, __file__, "--variant", variant, "--rows", str(args.rows)]
+        command = [sys.executable, "-m", __spec__.name, "--variant", variant, "--rows", str(args.rows)]
         command += ["--prompt", str(args.prompt), "--response", str(args.response)]
         command += ["--chunk-tokens", str(args.chunk_tokens)] + (["--entropy"] if args.entropy else [])
         out = subprocess.run(command, check=True, capture_output=True, text=True).stdout

@@ -1,6 +1,6 @@
 """LoRA vs full fine-tuning: the actor's share of an RL step on SmolLM2-135M, at the recipe's shape.
 
-    python benchmarks/lora_vs_full.py [--rows 16] [--steps 4] [--rank 16] [--model-cache DIR]
+    python -m benchmarks.lora_vs_full [--rows 16] [--steps 4] [--rank 16] [--model-cache DIR]
 
 The real SmolLM2-135M-Instruct (imported once from the pip-shipped GGUF into ``--model-cache``)
 in an ``ActorWorker`` driven directly (no Ray), with the search_qa recipe's actor settings: bf16
@@ -24,60 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import report_figures, run_modes, smollm2_model_dir
+from benchmarks.common.models import smollm2_model_dir
+from benchmarks.common.modes import report_figures, run_modes
+from benchmarks.common.recipe_actor import actor_worker, search_batch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def search_batch(vocab_size: int, rows: int, seed: int):
-    """``rows`` trajectories shaped like the recipe's: ~300-token prompt, a ≤64-token search
-    turn, ~450 tokens of passages, a ≤64-token answer turn; one in four answers at once."""
-    import torch
-
-    from agentrl.agent.collate import collate
-    from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
-
-    generator = torch.Generator().manual_seed(seed)
-
-    def length(low: int, high: int) -> int:
-        return int(torch.randint(low, high + 1, (1,), generator=generator))
-
-    def ids(n: int) -> list[int]:
-        return torch.randint(3, vocab_size, (n,), generator=generator).tolist()
-
-    trajectories = []
-    for i in range(rows):
-        traj = Trajectory(prompt=PromptSpec(ids(length(260, 320))), group_id=f"g{i // 4}", uid=str(i))
-        turns = 1 if i % 4 == 3 else 2
-        for turn in range(turns):
-            n = length(20, 64)
-            traj.append(ids(n), Segment.MODEL, (-torch.rand(n, generator=generator)).tolist())
-            if turn + 1 < turns:
-                traj.append(ids(length(380, 512)), Segment.OBSERVATION)
-        trajectories.append(traj)
-    batch = collate(trajectories, pad_token_id=0)
-    batch["advantages"] = torch.randn(batch["responses"].shape, generator=generator)
-    return batch
-
-
-def actor_worker(model_dir: Path, rank: int, rows: int):
-    from agentrl.config.schema import ActorConfig, LoraConfig, OptimConfig, UpdateConfig
-    from agentrl.workers.actor import ActorWorker
-    from agentrl.workers.base import RunContext
-
-    section = ActorConfig(
-        model_path=str(model_dir),
-        compute_dtype="bfloat16",
-        optim=OptimConfig(lr=1e-5, warmup_ratio=0.0),
-        update=UpdateConfig(mini_batch_size=rows, micro_batch_size=4),
-        loss_agg_mode="seq-mean-token-sum-norm",
-        lora=LoraConfig(rank=rank, alpha=2.0 * rank) if rank else LoraConfig(),
-    )
-    context = RunContext(
-        seed=0, device="cpu", total_steps=100, max_prompt_length=320, max_response_length=1280, strategy="dp"
-    )
-    return ActorWorker(section, context)
 
 
 def export_weights(worker) -> float:
@@ -137,7 +89,9 @@ def main() -> None:
         print(f"SmolLM2-135M-Instruct, {args.rows} trajectories a step, torch threads {threads}", flush=True)
         shared = ["--model-cache", str(model_dir), "--rows", str(args.rows), "--steps", str(args.steps)]
         ranks = {"full": 0, "lora": args.rank}
-        runs = run_modes(__file__, [(name, ["--one", str(rank), *shared]) for name, rank in ranks.items()])
+        runs = run_modes(
+            __spec__.name, [(name, ["--one", str(rank), *shared]) for name, rank in ranks.items()]
+        )
 
     def median(name: str, key: str) -> float:
         values = runs[name][key][1:] or runs[name][key]

@@ -1,11 +1,11 @@
 """Training memory per data-parallel rank for Qwen2.5-class models, from the config alone (no weights).
 
-    python benchmarks/memory_table.py [--out docs/memory_table.md] [--ranks 1 2 4 8]
+    python -m benchmarks.memory_table [--out docs/memory_table.md] [--ranks 1 2 4 8]
 
 Each model is built on the ``meta`` device from a ``transformers.Qwen2Config`` holding the
-architecture's published values (``MODELS`` below), so its parameter count is exact and no
-memory is allocated. From it, per rank, for a trainable role (actor or critic) with AdamW
-and fp32 master weights:
+architecture's published values (``QWEN25`` in ``benchmarks/common/models.py``), so its
+parameter count is exact and no memory is allocated. From it, per rank, for a trainable role
+(actor or critic) with AdamW and fp32 master weights:
 
     P  = parameters of the causal LM, tied embeddings counted once (``model.parameters()``
          yields a shared tensor once)
@@ -46,58 +46,13 @@ from pathlib import Path
 import torch
 from transformers.models.qwen2 import Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 
+from benchmarks.common.models import QWEN25
+
 GIB = 2**30
 STATE_BYTES_PER_PARAM = 4 + 4 + 8  # fp32 params, fp32 grads, Adam exp_avg + exp_avg_sq (fp32)
 COMPUTE_BYTES_PER_PARAM = 2  # bf16 unsharded copy under FSDP mixed precision
 LOGIT_BYTES = 4  # fp32 logits
 STRATEGIES = ("dp", "fsdp", "fsdp + cpu offload")
-
-# The published architecture values, from the config.json of each Hugging Face model repo
-# (Qwen/Qwen2.5-0.5B, -1.5B, -3B, -7B; the -Instruct repos share the architecture). The
-# -Instruct configs give max_position_embeddings 32768 (some base configs list 131072); it does
-# not change the count: rotary position embeddings have no parameters.
-MODELS: dict[str, dict[str, int | bool]] = {
-    "Qwen2.5-0.5B": dict(
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        max_position_embeddings=32768,
-    ),
-    "Qwen2.5-1.5B": dict(
-        hidden_size=1536,
-        intermediate_size=8960,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        max_position_embeddings=32768,
-    ),
-    "Qwen2.5-3B": dict(
-        hidden_size=2048,
-        intermediate_size=11008,
-        num_hidden_layers=36,
-        num_attention_heads=16,
-        num_key_value_heads=2,
-        vocab_size=151936,
-        tie_word_embeddings=True,
-        max_position_embeddings=32768,
-    ),
-    "Qwen2.5-7B": dict(
-        hidden_size=3584,
-        intermediate_size=18944,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        vocab_size=152064,
-        tie_word_embeddings=False,
-        max_position_embeddings=32768,
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -217,7 +172,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    all_counts = [model_counts(name, Qwen2Config(**values)) for name, values in MODELS.items()]
+    all_counts = [model_counts(name, Qwen2Config(**values)) for name, values in QWEN25.items()]
     text = (
         "Parameters, gradients and AdamW state per data-parallel rank (fp32 master weights, "
         "bf16 compute under FSDP; formulas in benchmarks/memory_table.py):\n\n"

@@ -1,6 +1,6 @@
 """One-step-off-policy vs on-policy training on the quickstart profile: wall time per step and EM.
 
-    python benchmarks/one_step_off.py [--out runs/bench_one_step_off] [--short] [--seed 0]
+    python -m benchmarks.one_step_off [--out runs/bench_one_step_off] [--short] [--seed 0]
 
 Builds the quickstart's world, index, tiny model and SFT warm start once, then runs the same
 PPO phase twice from that SFT model -- on-policy (the baseline) and with

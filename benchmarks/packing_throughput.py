@@ -1,7 +1,7 @@
 """Real tokens per second of the log-prob pass, packed micro-batches vs the padded layout.
 
-    python benchmarks/packing_throughput.py          # the quickstart's dump, else the built-in mix
-    python benchmarks/packing_throughput.py --dump runs/quickstart/sft_data.jsonl --repeats 5
+    python -m benchmarks.packing_throughput          # the quickstart's dump, else the built-in mix
+    python -m benchmarks.packing_throughput --dump runs/quickstart/sft_data.jsonl --repeats 5
 
 Lengths: (prompt, response) token counts, and the response's segments, of trajectories read
 from a dump with ``prompt_ids`` / ``response_ids`` (/ ``segments``) per JSON line: the
@@ -29,7 +29,6 @@ import itertools
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -122,15 +121,14 @@ def head_share(model) -> float:
 
 
 def qwen25_3b_head_share() -> float:
-    """``head_share`` of Qwen2.5-3B, built on the meta device from ``memory_table``'s published config."""
+    """``head_share`` of Qwen2.5-3B, built on the meta device from its published config."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from memory_table import MODELS
+    from benchmarks.common.models import QWEN25
 
     with torch.device("meta"):
-        return head_share(Qwen2ForCausalLM(Qwen2Config(**MODELS["Qwen2.5-3B"])))
+        return head_share(Qwen2ForCausalLM(Qwen2Config(**QWEN25["Qwen2.5-3B"])))
 
 
 def timed_passes(model, batches, repeats: int) -> dict[bool, list[float]]:

@@ -1,6 +1,6 @@
 """/retrieve throughput alone vs. while /open_page is loaded too, on one retriever server.
 
-    python benchmarks/page_reader_load.py [--backend bm25|dense] [--index DIR] [--corpus-limit N]
+    python -m benchmarks.page_reader_load [--backend bm25|dense] [--index DIR] [--corpus-limit N]
         [--phase-s 3] [--clients 32] [--rates 0.25 0.5 1]
 
 One server subprocess (``--backend``, BM25 by default) over ``--index``, or over an index of
@@ -44,14 +44,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from retriever_throughput import start_server
-
 from agentrl.tools.retrieval.client import RetrieverClient
+from benchmarks.common.paths import REPO, SHARED_DATA
+from benchmarks.common.retriever_servers import start_server
 from retriever.build_index import main as build_index
 from retriever.corpus import DocStore
 from retriever.evaluation import load_questions
 
-REPO = Path(__file__).resolve().parents[1]
 TOPK, PAGE_WORDS, WARMUP_S = 3, 200, 1.0
 
 
@@ -193,7 +192,7 @@ def main() -> int:
     p.add_argument("--backend", default="bm25", choices=["bm25", "dense"])
     p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
     p.add_argument("--corpus-limit", type=int, default=None, help="building: the corpus's first N passages")
-    p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--data", default=str(SHARED_DATA))
     p.add_argument("--phase-s", type=float, default=3.0)
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--rates", type=float, nargs="+", default=[0.25, 0.5, 1.0])

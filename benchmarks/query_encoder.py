@@ -1,6 +1,6 @@
 """Query encoding speed and NQ recall: transformers fp32 (the reference) vs ONNX Runtime fp32 and int8.
 
-    flock /tmp/helpers/cpu.lock python benchmarks/query_encoder.py --index /tmp/idx/wiki_mini \\
+    python -m benchmarks.query_encoder --index indexes/wiki_mini \\
         [--data ../shared/data] [--threads 2] [--rounds 3] [--limit N]
 
 Needs a built dense index (python -m retriever.build_index --backend dense); its passages stay
@@ -26,10 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common.paths import REPO, SHARED_DATA
 from retriever.evaluation import first_hit_rank, load_questions, recall_at_k
 from retriever.index import BackendOptions, open_backend
 
-REPO = Path(__file__).resolve().parents[1]
 ENCODERS = ("transformers", "onnx-fp32", "onnx-int8")
 BATCHES = {1: 200, 64: 1024}  # batch size -> queries encoded per round
 
@@ -98,7 +98,7 @@ def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
-    p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--data", default=str(SHARED_DATA))
     p.add_argument("--threads", type=int, default=2, help="torch and ONNX Runtime intra-op threads")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--limit", type=int, default=None, help="seeded sample of N questions (quick look)")

@@ -5,7 +5,7 @@
         --out indexes/wiki_mini
     python -m retriever.build_index --corpus ../shared/data/corpus/wiki_mini.jsonl --backend dense \
         --out indexes/wiki_mini
-    python benchmarks/results_table.py --limit 500  # or: bash train_scripts/evaluate.sh --grid --limit 500
+    python -m benchmarks.results_table --limit 500  # or: bash train_scripts/evaluate.sh --grid --limit 500
 
 Each cell is one ``agentrl.eval.evaluate`` call writing ``OUT/<mode>-<backend>/``; cells
 already complete are read back, interrupted ones resume. A retriever server per backend
@@ -22,8 +22,8 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
+from benchmarks.common.paths import REPO, SHARED_DATA
+
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 ALL_CELLS = ("direct", "rag:bm25", "agent:bm25", "rag:dense", "agent:dense")
 
@@ -39,8 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--corpus", default="wiki_mini.jsonl (34,624 passages)", help="corpus label for the records"
     )
-    p.add_argument("--nq", default=str(SHARED / "nq" / "test.jsonl"))
-    p.add_argument("--hotpotqa", default=str(SHARED / "hotpotqa" / "dev.jsonl"))
+    p.add_argument("--nq", default=str(SHARED_DATA / "nq" / "test.jsonl"))
+    p.add_argument("--hotpotqa", default=str(SHARED_DATA / "hotpotqa" / "dev.jsonl"))
     p.add_argument("--limit", type=int, default=500, help="seeded questions per dataset and cell")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cells", default=",".join(ALL_CELLS), help=f"comma-separated subset of {ALL_CELLS}")

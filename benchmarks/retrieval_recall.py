@@ -1,6 +1,6 @@
 """Answer recall@1/3/5 of BM25, dense (MiniLM) and hybrid on NQ test and HotpotQA dev.
 
-    python benchmarks/retrieval_recall.py --index indexes/wiki_mini \\
+    python -m benchmarks.retrieval_recall --index indexes/wiki_mini \\
         [--corpus ../shared/data/corpus/wiki_mini.jsonl] [--data ../shared/data] [--limit N]
 
 Builds the missing backends into --index first (BM25 ~4 s; dense ~3-12 min on 2 cores), then
@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.common.paths import REPO, SHARED_DATA
 from retriever.build_index import main as build_main
 from retriever.evaluation import first_hit_rank, load_questions, recall_at_k
 from retriever.index import open_backend, read_manifest
 
-REPO = Path(__file__).resolve().parents[1]
 KS = (1, 3, 5)
 
 
@@ -48,7 +48,7 @@ def evaluate(backend, questions: list[dict], batch: int = 256) -> tuple[dict[int
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--data", default=str(SHARED_DATA))
     p.add_argument("--corpus", default=None, help="default: DATA/corpus/wiki_mini.jsonl")
     p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
     p.add_argument(

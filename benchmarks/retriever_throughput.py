@@ -1,6 +1,6 @@
 """Retriever server throughput and latency, side by side with a baseline commit's server.
 
-    python benchmarks/retriever_throughput.py --index indexes/wiki_mini [--backends bm25 dense]
+    python -m benchmarks.retriever_throughput --index indexes/wiki_mini [--backends bm25 dense]
         [--baseline-ref 063a5cf] [--new-server-args "..."] [--baseline-server-args "..."]
         [--clients 1 16 64] [--rounds 2] [--scale F]
 
@@ -38,20 +38,25 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from retriever_servers import REPO, checkout_ref, cpu_s, env_for, health, start_server, stop_server
-
 from agentrl.tools.retrieval.client import RetrieverClient
+from benchmarks.common import retriever_in_process
+from benchmarks.common.paths import REPO, SHARED_DATA
+from benchmarks.common.retriever_in_process import IN_PROCESS, TOPK
+from benchmarks.common.retriever_servers import (
+    checkout_ref,
+    cpu_s,
+    env_for,
+    health,
+    start_server,
+    stop_server,
+)
 from retriever.evaluation import load_questions
 
-__all__ = ["start_server"]  # page_reader_load.py starts its server through this module
-
-TOPK = 3
 DEFAULT_BASELINE = "063a5cf"  # the server before issue #30's BM25 work ("today's server")
 PLANS = {  # backend -> (in-process single, in-process batched, requests per server run at 1/16/64 clients)
     "bm25": (500, 2048, {1: 500, 16: 2000, 64: 3000}),
     "dense": (150, 1024, {1: 150, 16: 600, 64: 1200}),
 }
-IN_PROCESS = "IN_PROCESS "  # the line the in-process subprocess reports its figures on
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -59,26 +64,11 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-def in_process(backend_name: str, index: Path, queries: list[str], n_single: int, n_batched: int) -> dict:
-    from retriever.index import open_backend
-
-    backend = open_backend(index, backend_name)
-    backend.search(queries[:8], TOPK)  # warm-up (thread pools, first-touch of mmapped pages)
-    t0 = time.perf_counter()
-    for q in queries[:n_single]:
-        backend.search([q], TOPK)
-    single = n_single / (time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    for start in range(0, n_batched, 64):
-        backend.search(queries[start : start + 64], TOPK)
-    batched = n_batched / (time.perf_counter() - t0)
-    return {"single_qps": single, "batched64_qps": batched}
-
-
 def in_process_at(root: Path, args: argparse.Namespace, backend: str, n_single: int, n_batched: int) -> dict:
-    """:func:`in_process` in a subprocess whose ``retriever`` is ``root``'s (its own memory, threads)."""
-    cmd = [sys.executable, __file__, "--in-process-only", backend, "--index", args.index, "--data", args.data]
-    cmd += ["--in-process-n", str(n_single), str(n_batched)]
+    """The in-process rates (``retriever_in_process``) in a subprocess whose ``retriever`` is ``root``'s
+    (its own memory and threads)."""
+    cmd = [sys.executable, retriever_in_process.__file__, backend, "--index", args.index, "--data", args.data]
+    cmd += ["--n", str(n_single), str(n_batched)]
     out = subprocess.run(cmd, env=env_for(root), cwd=root, stdout=subprocess.PIPE, text=True, check=True)
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith(IN_PROCESS))
     return json.loads(line[len(IN_PROCESS) :])
@@ -200,7 +190,7 @@ def _event_loop_runner():
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
-    p.add_argument("--data", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--data", default=str(SHARED_DATA))
     p.add_argument("--backends", nargs="+", default=["bm25", "dense"])
     p.add_argument("--scale", type=float, default=1.0, help="multiply the request counts")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 16, 64], help="client levels")
@@ -212,8 +202,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--new-server-args", default="", help="extra flags for the working tree's server")
     p.add_argument("--baseline-server-args", default="", help="extra flags for the baseline's server")
-    p.add_argument("--in-process-only", metavar="BACKEND", help=argparse.SUPPRESS)
-    p.add_argument("--in-process-n", type=int, nargs=2, default=[0, 0], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rounds < 1 or args.scale <= 0 or min(args.clients) < 1:
         p.error("--rounds and --clients: expected integers >= 1; --scale: expected > 0")
@@ -224,10 +212,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parse_args(argv)
     queries = [q["question"] for q in load_questions(Path(args.data) / "nq" / "test.jsonl")]
-    if args.in_process_only:
-        figures = in_process(args.in_process_only, Path(args.index), queries, *args.in_process_n)
-        print(IN_PROCESS + json.dumps(figures), flush=True)
-        return 0
     with checkout_ref(args.baseline_ref) if args.baseline_ref else contextlib.nullcontext() as baseline:
         if baseline:
             print(f"baseline: {args.baseline_ref} extracted to {baseline}; new: the working tree {REPO}")

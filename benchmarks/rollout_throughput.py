@@ -1,32 +1,32 @@
 """Rollout speed under tool latency: concurrent (one coroutine per trajectory) vs lockstep (Search-R1).
 
-    python benchmarks/rollout_throughput.py [--engines hf,hf-coalescing,vllm,vllm-async]
+    python -m benchmarks.rollout_throughput [--engines hf,hf-coalescing,vllm,vllm-async]
         [--latency-sweep 0,0.1,0.3,1,2] [--tool-latency search=lognormal:0:0.5]
         [--model runs/search_qa/sft/model | --size nano] [--prompts 32] [--n 2] [--max-batch-size 8]
         [--index DIR --backend dense] [--out cells.json --plot sweep.png]
 
 Same engine, same prompts (the Search-R1 instruction over NQ and HotpotQA questions), same
-seeded sampling, one run of the project's retriever server over HTTP (BM25 over the shared
-wiki corpus by default, or any index directory, e.g. the recipe's dense one), its cache off so
-that every search pays the server's real latency, plus the latency each tool is given
-(``tool_latency.py``: fixed or lognormal, seeded per call, slept for real before the call).
-The policy makes a ragged workload as real search agents do (``agent_workload.py``): a trained
-agent given with ``--model``, or a tiny model shaped in seconds to search 0-3 times with
-thinking of random length. The workload is shaped as training is: 64 trajectories and an engine
-that runs 8 at once (``--max-batch-size``), as a GPU engine's KV cache caps a step of hundreds
-of trajectories at a fraction of them; with the cap above the trajectory count every schedule
-is synchronised and nothing can overlap.
+seeded sampling, one run of the project's retriever server over HTTP (BM25 over the shared wiki
+corpus by default, or any index directory, e.g. the recipe's dense one), its cache off so that
+every search pays the server's real latency, plus the latency each tool is given
+(``common/tool_latency.py``: fixed or lognormal, seeded per call, slept for real before the
+call). The policy makes a ragged workload as real search agents do
+(``common/agent_workload.py``): a trained agent given with ``--model``, or a tiny model shaped
+in seconds to search 0-3 times with thinking of random length. The workload is shaped as
+training is: 64 trajectories and an engine that runs 8 at once (``--max-batch-size``), as a GPU
+engine's KV cache caps a step of hundreds of trajectories at a fraction of them; with the cap
+above the trajectory count every schedule is synchronised and nothing can overlap.
 
 Each latency of ``--latency-sweep`` (every tool's median) measures every (engine, schedule)
-cell, interleaved repeat by repeat; every timed rollout starts right after a weight sync, as
-in training (the engine's prefix cache is cold). Each cell prints its wall time (median of
-``--repeats``), its bound (``rollout_report.py``: the engine's work at full batch, or the longest
-trajectory's critical path, whichever is larger) and how the engine batched it; each latency
-then prints best concurrent against best lockstep, and the sweep a markdown table (and, with
-``--plot``, a PNG). ``hf`` is the transformers engine with continuous batching (a turn joins
-the running batch at the next decode step), ``hf-coalescing`` the same engine running
-coalesced batches to completion; both run a lockstep turn's batch (``generate_batch``) the
-same way, in chunks of ``max_batch_size`` run to completion. ``vllm`` runs coalesced batches on
+cell, interleaved repeat by repeat; every timed rollout starts right after a weight sync, as in
+training (the engine's prefix cache is cold). Each cell prints its wall time (median of
+``--repeats``), its bound (``common/rollout_report.py``: the engine's work at full batch, or the
+longest trajectory's critical path, whichever is larger) and how the engine batched it; each
+latency then prints best concurrent against best lockstep, and the sweep a markdown table (and,
+with ``--plot``, a PNG). ``hf`` is the transformers engine with continuous batching (a turn
+joins the running batch at the next decode step), ``hf-coalescing`` the same engine running
+coalesced batches to completion; both run a lockstep turn's batch (``generate_batch``) the same
+way, in chunks of ``max_batch_size`` run to completion. ``vllm`` runs coalesced batches on
 vLLM's offline ``LLM``, ``vllm-async`` one request per turn on its ``AsyncLLM``.
 """
 
@@ -39,21 +39,16 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-SCHEDULES = ("lockstep", "concurrent")
-
-from agent_workload import (  # noqa: E402 (a sibling script module; the env must be set first)
+from benchmarks.common.agent_workload import (
     DEFAULT_SEARCH_MIX,
     FALLBACK_QA,
-    SHARED,
     describe,
     load_qa,
     policy_dir,
     prompt_ids,
 )
-from rollout_report import (  # noqa: E402
+from benchmarks.common.paths import SHARED_DATA
+from benchmarks.common.rollout_report import (
     Cell,
     Run,
     fastest,
@@ -67,9 +62,14 @@ from rollout_report import (  # noqa: E402
     tally_delta,
     write_json,
 )
-from tool_latency import DEFAULT_SIGMA, Latency, LatencyModel, parse_latency, with_latency  # noqa: E402
+from benchmarks.common.tool_latency import DEFAULT_SIGMA, Latency, LatencyModel, parse_latency, with_latency
+from retriever.process import RetrieverProcess
 
-from retriever.process import RetrieverProcess  # noqa: E402
+# Before transformers is first imported (in main and the engines; nothing above imports it).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SCHEDULES = ("lockstep", "concurrent")
 
 
 def start_retriever(tmp: Path, index: str | None, backend: str) -> RetrieverProcess:
@@ -78,7 +78,7 @@ def start_retriever(tmp: Path, index: str | None, backend: str) -> RetrieverProc
 
     t0 = time.perf_counter()
     if index is None:
-        corpus = SHARED / "corpus" / "wiki_mini.jsonl"
+        corpus = SHARED_DATA / "corpus" / "wiki_mini.jsonl"
         if not corpus.is_file():
             corpus = tmp / "corpus.jsonl"
             corpus.write_text(

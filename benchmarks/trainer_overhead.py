@@ -1,6 +1,6 @@
 """Trainer overhead: one actor update's wall time vs a raw forward + backward of the same tokens.
 
-    python benchmarks/trainer_overhead.py [--repeats 5] [--hidden 256] [--layers 4]
+    python -m benchmarks.trainer_overhead [--repeats 5] [--hidden 256] [--layers 4]
 
 Both sides run the same model on the same micro-batches (the update's own cut of a batch of
 search-agent-shaped trajectories) and end with one AdamW step. The raw side is the least a
@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import torch
-from actor_workload import actor_section, context, ppo_batch
 
 from agentrl.core.masked import masked_mean
 from agentrl.models.forward import micro_batches
 from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer
 from agentrl.workers.actor import ActorWorker
+from agentrl.workers.synthetic import actor_section, context, ppo_batch
 
 
 def raw_step(worker: ActorWorker, batch, micro_batch_size: int) -> None:

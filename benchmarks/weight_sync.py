@@ -1,6 +1,6 @@
 """Weight sync: seconds and peak memory to push new policy weights into a rollout engine.
 
-    python benchmarks/weight_sync.py [--engines hf,vllm,vllm-async] [--model-cache DIR] [--repeats 3]
+    python -m benchmarks.weight_sync [--engines hf,vllm,vllm-async] [--model-cache DIR] [--repeats 3]
 
 The policy is the real SmolLM2-135M-Instruct (imported once from the pip-shipped GGUF into
 ``--model-cache``), fp32 as the trainer holds it. Each engine holds its own copy. For every
@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import smollm2_model_dir
+from benchmarks.common.models import smollm2_model_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,29 +1,14 @@
-"""benchmarks/agent_workload.py: the rollout benchmark's workload is ragged, and it is described truly."""
+"""benchmarks/common/agent_workload.py: the rollout benchmark's workload is ragged and described truly."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "agent_workload.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("agent_workload", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-aw = _load_script()
+from benchmarks.common import agent_workload as aw
 
 
 def test_demonstrations_search_as_often_as_the_mix_says_with_thinking_of_varied_length():

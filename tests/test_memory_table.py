@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers.models.qwen2 import Qwen2Config, Qwen2ForCausalLM
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_table.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("memory_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-mt = _load_script()
+from benchmarks import memory_table as mt
+from benchmarks.common.models import QWEN25
 
 
 def tiny_config(tied: bool) -> Qwen2Config:
@@ -90,7 +78,7 @@ def test_published_qwen25_counts_and_logits() -> None:
         "Qwen2.5-3B": 3_085_938_688,
         "Qwen2.5-7B": 7_615_616_512,
     }
-    for name, values in mt.MODELS.items():
+    for name, values in QWEN25.items():
         assert mt.model_counts(name, Qwen2Config(**values)).parameters == expected[name]
     assert mt.logits_bytes(64 * 500, 151936) == 64 * 500 * 151936 * 4
 

@@ -1,37 +1,20 @@
-"""benchmarks/tool_latency.py and rollout_report.py: the rollout benchmark's tool delays are seeded per
+"""benchmarks/common/tool_latency.py and rollout_report.py: the rollout benchmark's tool delays are seeded per
 call and slept for real, and each cell's bound is computed from what the trajectories did."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
 from agentrl.agent.trajectory import CallRecord, PromptSpec, Segment, Trajectory
 from agentrl.tools.calculator import CalculatorTool
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str):
-    if str(BENCHMARKS) not in sys.path:  # the scripts import their siblings by name
-        sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-tl = _load("tool_latency")
-rr = _load("rollout_report")
+from benchmarks.common import rollout_report as rr
+from benchmarks.common import tool_latency as tl
 
 
 def test_a_calls_delay_depends_on_the_seed_the_tool_and_its_arguments_never_on_when_it_is_asked():

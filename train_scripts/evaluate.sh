@@ -19,6 +19,6 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--grid" ]; then
   shift
-  exec python benchmarks/results_table.py "$@"
+  exec python -m benchmarks.results_table "$@"
 fi
 exec python -m agentrl.eval "$@"

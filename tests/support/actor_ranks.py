@@ -1,12 +1,11 @@
 """Run real ``ActorWorker`` updates on spawned gloo ranks (dp or fsdp), without Ray.
 
-The workload (``ppo_batch``, ``actor_section``, ``context``) is the actor benchmarks' own,
-``benchmarks/actor_workload.py``, re-exported here for the tests."""
+The workload (``ppo_batch``, ``actor_section``, ``context``) is ``agentrl.workers.synthetic``,
+the one the actor benchmarks run too, re-exported here for the tests."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -15,7 +14,7 @@ from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.models.sharding import full_state_dict
 from agentrl.ports import free_port
 from agentrl.workers.actor import ActorWorker
-from benchmarks.actor_workload import actor_section, context, ppo_batch
+from agentrl.workers.synthetic import actor_section, context, ppo_batch
 
 
 def gathered_weights(worker: ActorWorker) -> dict[str, torch.Tensor]:
@@ -61,4 +60,4 @@ def updated_weights(model_path: str, strategy: str, world: int, **args: Any) -> 
     return {k: torch.tensor(v) for k, v in result.items()}
 
 
-__all__ = ["actor_section", "context", "gathered_weights", "ppo_batch", "replace", "updated_weights"]
+__all__ = ["actor_section", "context", "gathered_weights", "ppo_batch", "updated_weights"]

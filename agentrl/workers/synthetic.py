@@ -1,10 +1,9 @@
-"""The actor's synthetic workload: a PPO batch of agent-shaped random trajectories and a small actor.
+"""A synthetic actor workload: random agent-shaped PPO batches, a small actor section, a CPU run context.
 
-The actor benchmarks (``fsdp_memory.py``, ``trainer_overhead.py``) and the actor's tests
-(``tests/support/actor_ranks.py``) run the real ``ActorWorker`` on this one workload, so a
-figure and the test that guards its code path measure the same thing. Benchmarks run as
-scripts, so they import this module as ``actor_workload``; tests import it as
-``benchmarks.actor_workload`` (the repository root is on ``sys.path`` under ``python -m pytest``).
+It runs a real ``ActorWorker`` update without a rollout, a retriever or a dataset. The actor's
+tests and the actor benchmarks (``benchmarks/fsdp_memory.py``, ``benchmarks/trainer_overhead.py``)
+both run this one workload, so a figure and the test that guards its code path measure the
+same thing.
 """
 
 from __future__ import annotations

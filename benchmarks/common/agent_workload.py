@@ -11,8 +11,6 @@ cost that scheduling is about. Two policies give such a workload:
 * a **tiny model shaped by demonstrations** (the default, built in seconds): it is fine-tuned on
   demonstrations whose number of searches follows ``search_mix`` and whose thinking is 2 to
   ``max_think_words`` words, so at temperature 1 it samples a mix of turn counts and lengths.
-
-Benchmarks run as scripts, so this module is imported as ``agent_workload``.
 """
 
 from __future__ import annotations
@@ -28,8 +26,8 @@ from statistics import median
 from typing import Any
 
 from agentrl.data.qa import make_prompt, read_question_records
+from benchmarks.common.paths import SHARED_DATA
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FALLBACK_QA = [
     ("what is the capital of france", "Paris"),
     ("who wrote pride and prejudice", "Jane Austen"),
@@ -65,7 +63,7 @@ def load_qa(datasets: Sequence[str], limit: int, seed: int) -> list[tuple[str, s
     for name in datasets:
         if name not in DATASET_FILES:
             raise SystemExit(f"--datasets: unknown {name!r}; choose from {sorted(DATASET_FILES)}")
-        path = SHARED / DATASET_FILES[name]
+        path = SHARED_DATA / DATASET_FILES[name]
         if not path.is_file():
             continue
         rows = read_question_records(path)

@@ -16,8 +16,6 @@ assumes, so the bound says how close a schedule gets to keeping full batches bus
 lengthening any trajectory. It leaves out what the engine cannot avoid but a better engine
 could (re-prefilling a trajectory's context every turn is counted; a prefix cache would not
 need it) and the real tool's own time (milliseconds here).
-
-Benchmarks run as scripts, so this module is imported as ``rollout_report``.
 """
 
 from __future__ import annotations
@@ -29,8 +27,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from agent_workload import turn_lengths
-from tool_latency import LatencyModel, trajectory_tool_seconds
+from benchmarks.common.agent_workload import turn_lengths
+from benchmarks.common.tool_latency import LatencyModel, trajectory_tool_seconds
 
 Tally = dict[tuple[str, int], list[float]]  # (kind, rows) -> [forwards, seconds, real tokens]
 

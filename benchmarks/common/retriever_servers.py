@@ -22,8 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from agentrl.ports import free_port
-
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common.paths import REPO
 
 
 def cpu_s(pid: int | None = None) -> float:

@@ -12,8 +12,6 @@ A call's delay is a function of the seed, the tool and the call's arguments, nev
 order calls arrive in: both schedules, and every engine, play a seeded workload with the very
 same delays, and ``LatencyModel.delay`` recomputes them afterwards from a trajectory's calls
 (the benchmark's bound on each cell needs each trajectory's tool time).
-
-Benchmarks run as scripts, so this module is imported as ``tool_latency``.
 """
 
 from __future__ import annotations
