@@ -15,9 +15,37 @@ import json
 import os
 import re
 import shutil
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+import torch
 
 COMPLETE_MARKER = "COMPLETE"
+TRAINER_STATE = "trainer_state.pt"
+
+
+@dataclass
+class TrainerState:
+    """What a checkpoint holds of the driver (``trainer_state.pt``): where the run stands."""
+
+    global_step: int
+    loader: dict[str, int]  # where a resumed run draws its prompts from
+    kl_ctrl: dict[str, Any]
+    rng: dict[str, Any]
+    train_seconds: float = 0.0  # fit()'s time so far (trainer.time_budget_minutes)
+
+    def save(self, directory: Path) -> None:
+        torch.save(asdict(self), directory / TRAINER_STATE)
+
+    @classmethod
+    def load(cls, directory: Path) -> TrainerState:
+        state = torch.load(directory / TRAINER_STATE, weights_only=False)
+        # train_seconds is absent in checkpoints written before the time budget existed
+        return cls(
+            **{key: state[key] for key in ("global_step", "loader", "kl_ctrl", "rng")},
+            train_seconds=state.get("train_seconds", 0.0),
+        )
 
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")

@@ -12,8 +12,6 @@ from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-import torch
 from tqdm import tqdm
 
 from agentrl.agent.dump import dump_trajectories
@@ -21,27 +19,29 @@ from agentrl.agent.generation import RolloutResult, prompt_encoder
 from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.config.loader import to_yaml
 from agentrl.config.schema import ExperimentConfig
-from agentrl.core.advantages import AdvantageInputs, get_advantage_estimator, place_score_on_last_token
+from agentrl.core.advantages import get_advantage_estimator, place_score_on_last_token
 from agentrl.core.batch import Batch
 from agentrl.core.kl_control import build_kl_controller
-from agentrl.core.losses import kl_in_reward, truncated_importance_weights
-from agentrl.core.masked import masked_mean, masked_whiten
-from agentrl.core.overlong import overlong_loss_mask, overlong_rows
-from agentrl.eval.records import records_of
-from agentrl.eval.report import flat_metrics
 from agentrl.models.loading import load_tokenizer
 from agentrl.models.update import NonFiniteLossError
 from agentrl.seeding import rng_state, set_rng_state
 from agentrl.tools.check import check_tools
 from agentrl.trainer.alarms import DeadSignalAlarms
-from agentrl.trainer.checkpoint import CheckpointManager, rank_score
+from agentrl.trainer.checkpoint import CheckpointManager, TrainerState, rank_score
 from agentrl.trainer.dataset import StatefulLoader, build_datasets
 from agentrl.trainer.group_filter import Scored
 from agentrl.trainer.roles import Roles, start_roles
+from agentrl.trainer.shaping import (
+    advantages_and_returns,
+    kl_penalised_rewards,
+    overlong_filtered_mask,
+    stale_rollout_weights,
+)
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
 from agentrl.trainer.step_sampler import StepSampler
 from agentrl.trainer.time_budget import TimeBudget
 from agentrl.trainer.tracking import Tracker, first_non_finite
+from agentrl.trainer.validation import validate, validation_prompts
 from agentrl.workers.base import RunContext
 
 
@@ -191,27 +191,27 @@ class PPOTrainer:
                     if self.reference_in_actor
                     else self.roles.reference.run_sharded("compute_log_prob", batch)
                 )
+        algo = self.config.algorithm
         batch["token_level_scores"] = place_score_on_last_token(batch["scores"], batch["response_mask"])
-        batch["token_level_rewards"], kl_metrics = self.apply_kl_penalty(batch)
+        kl_anchor = self.use_reference and self.context.old_log_prob_source == "recomputed"
+        batch["token_level_rewards"], metrics = kl_penalised_rewards(batch, self.kl_ctrl, algo, kl_anchor)
         with timer("adv"):
-            batch["advantages"], batch["returns"] = self.compute_advantages(batch)
-        overlong_metrics: dict[str, float] = {}
-        if self.config.algorithm.overlong_filter:  # after the advantages: the sample's score still counts
-            overlong = overlong_rows(batch["response_truncated"], batch["context_truncated"])
-            batch["response_mask"] = overlong_loss_mask(batch["response_mask"], overlong)
-            overlong_metrics = {"overlong_filter/masked_share": float(overlong.float().mean())}
-        tis_metrics: dict[str, float] = {}
-        if off_policy:  # the engine sampled with older weights than π_old (recomputed): re-weight its tokens
-            batch["tis_weights"], tis_metrics = truncated_importance_weights(
-                batch["old_log_probs"],
-                batch["rollout_log_probs"],
-                batch["response_mask"],
-                self.config.algorithm.tis_cap,
+            batch["advantages"], batch["returns"] = advantages_and_returns(
+                batch, self.estimator, algo, self.use_critic
             )
+        if algo.overlong_filter:
+            batch["response_mask"], overlong_metrics = overlong_filtered_mask(batch)
+            metrics |= overlong_metrics
+        if off_policy:
+            batch["tis_weights"], tis_metrics = stale_rollout_weights(batch, algo.tis_cap)
+            metrics |= tis_metrics
         # Stage 3: update
         update_metrics = self.update(batch, timer)
-        metrics = step_metrics(batch, self.use_critic, self.context.old_log_prob_source)
-        metrics |= scored.reward_metrics | kl_metrics | tis_metrics | overlong_metrics
+        metrics = (
+            step_metrics(batch, self.use_critic, self.context.old_log_prob_source)
+            | scored.reward_metrics
+            | metrics
+        )
         return batch, metrics | update_metrics
 
     def close_step(
@@ -229,44 +229,7 @@ class PPOTrainer:
             self.dump(rollout, batch)
         return metrics
 
-    # --- stages ----------------------------------------------------------------------
-
-    def apply_kl_penalty(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        """token_level_rewards = scores − β · KL(π_old ‖ π_ref) per model token (when KL is in the reward)."""
-        metrics = {"kl/coef": self.kl_ctrl.value}
-        if not self.use_reference or self.context.old_log_prob_source != "recomputed":
-            # no π_old before the update (update_forward): the KL loss reports the KL instead
-            return batch["token_level_scores"], metrics
-        algo, mask = self.config.algorithm, batch["response_mask"]
-        rewards, kl = kl_in_reward(
-            batch["token_level_scores"],
-            batch["old_log_probs"],
-            batch["ref_log_probs"],
-            mask,
-            self.kl_ctrl.value,
-            algo.kl_penalty,
-        )
-        metrics["kl/mean"] = current_kl = float(masked_mean(kl, mask))
-        if not algo.use_kl_in_reward:
-            return batch["token_level_scores"], metrics
-        self.kl_ctrl.update(current_kl, n_steps=len(batch))
-        return rewards, metrics
-
-    def compute_advantages(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        algo = self.config.algorithm
-        inputs = AdvantageInputs(
-            token_level_rewards=batch["token_level_rewards"],
-            mask=batch["response_mask"],
-            values=batch["values"] if self.use_critic else None,
-            group_ids=list(batch["group_id"]),
-            gamma=algo.gamma,
-            lam=algo.lam,
-            norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-        )
-        advantages, returns = self.estimator.fn(inputs)
-        if self.use_critic and algo.whiten_advantages:
-            advantages = masked_whiten(advantages, batch["response_mask"])
-        return advantages, returns
+    # --- stage 3 -------------------------------------------------------------------
 
     def update(self, batch: Batch, timer: StepTimer) -> dict[str, float]:
         """The critic's update, then (after the critic warm-up) the actor's."""
@@ -294,20 +257,12 @@ class PPOTrainer:
             raise
 
     def validate(self) -> dict[str, float]:
-        """Greedy rollouts on the validation set, scored by ``agentrl.eval``: ``val/<source>/<metric>``
-        per data source and ``val/all/<metric>`` over all of them."""
-        self.sampler.drain()  # the actor's engine serves one rollout at a time
-        prompts = self.val_data.prompts
-        limit = self.config.data.val_limit
-        if limit is not None and limit < len(prompts):
-            picked = np.random.default_rng(self.config.seed).choice(len(prompts), limit, replace=False)
-            prompts = [prompts[i] for i in sorted(picked)]
-        records = []
-        size = self.config.data.val_batch_size
-        for start in tqdm(range(0, len(prompts), size), desc="validating", leave=False):
-            rollout = self.sampler.generate(prompts[start : start + size], self.global_step, validate=True)
-            records += records_of(rollout.trajectories, self.tokenizer)
-        return flat_metrics(records, "val", tools=self.context.tool_names)  # the records count by name
+        """The validation metrics now (``validation.validate``) of the run's ``data.val_limit`` prompts."""
+        data = self.config.data
+        prompts = validation_prompts(self.val_data.prompts, data.val_limit, self.config.seed)
+        return validate(
+            self.sampler, prompts, data, self.global_step, self.tokenizer, self.context.tool_names
+        )
 
     # --- bookkeeping -----------------------------------------------------------------
 
@@ -372,16 +327,11 @@ class PPOTrainer:
         self.roles.actor.run_all("save_checkpoint", str(partial))
         if self.use_critic:
             self.roles.critic.run_all("save_checkpoint", str(partial))
-        torch.save(
-            {
-                "global_step": self.global_step,
-                "loader": self.sampler.loader_state(),
-                "kl_ctrl": self.kl_ctrl.state_dict(),
-                "rng": rng_state(),
-                "train_seconds": self.budget.spent_s(),
-            },
-            partial / "trainer_state.pt",
+        loader = self.sampler.loader_state()
+        state = TrainerState(
+            self.global_step, loader, self.kl_ctrl.state_dict(), rng_state(), self.budget.spent_s()
         )
+        state.save(partial)
         info: dict = {"experiment": self.config.trainer.experiment_name}
         if score is not None:
             info |= {"score": score, "score_metric": self.config.trainer.keep_best_by}
@@ -395,12 +345,12 @@ class PPOTrainer:
         path = self.checkpoints.latest() if mode == "auto" else Path(mode)
         if path is None:
             return
-        state = torch.load(path / "trainer_state.pt", weights_only=False)
-        self.global_step = state["global_step"]
-        self.loader.load_state_dict(state["loader"])
-        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
-        set_rng_state(state["rng"])
-        self.budget.spent_before = state.get("train_seconds", 0.0)  # absent in checkpoints before it
+        state = TrainerState.load(path)
+        self.global_step = state.global_step
+        self.loader.load_state_dict(state.loader)
+        self.kl_ctrl.load_state_dict(state.kl_ctrl)
+        set_rng_state(state.rng)
+        self.budget.spent_before = state.train_seconds
         self.roles.actor.run_all("load_checkpoint", str(path))
         if self.use_critic:
             self.roles.critic.run_all("load_checkpoint", str(path))

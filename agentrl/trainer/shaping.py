@@ -1,0 +1,75 @@
+"""From scores to what the update trains on, on the driver: token rewards, advantages, masks, weights.
+
+Stage 2's arithmetic once the roles have filled the batch (π_old, values, π_ref): the score put
+on the last model token and the KL penalty in the reward, the advantage estimator (whitened for
+a critic), DAPO's overlong filter, and one-step-off's truncated importance weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agentrl.config.schema import AlgorithmConfig
+from agentrl.core.advantages import AdvantageEstimator, AdvantageInputs
+from agentrl.core.batch import Batch
+from agentrl.core.kl_control import KLController
+from agentrl.core.losses import kl_in_reward, truncated_importance_weights
+from agentrl.core.masked import masked_mean, masked_whiten
+from agentrl.core.overlong import overlong_loss_mask, overlong_rows
+
+
+def kl_penalised_rewards(
+    batch: Batch, kl_ctrl: KLController, algo: AlgorithmConfig, kl_anchor: bool
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """token_level_rewards = scores − β · KL(π_old ‖ π_ref) per model token when the KL is in the
+    reward (``algorithm.use_kl_in_reward``; β from ``kl_ctrl``, updated here), else the scores.
+    ``kl_anchor``: the batch holds both π_old (recomputed) and π_ref, so ``kl/mean`` is measured."""
+    metrics = {"kl/coef": kl_ctrl.value}
+    scores = batch["token_level_scores"]
+    if not kl_anchor:  # no π_old before the update (update_forward): the KL loss reports the KL instead
+        return scores, metrics
+    mask = batch["response_mask"]
+    rewards, kl = kl_in_reward(
+        scores, batch["old_log_probs"], batch["ref_log_probs"], mask, kl_ctrl.value, algo.kl_penalty
+    )
+    metrics["kl/mean"] = current_kl = float(masked_mean(kl, mask))
+    if not algo.use_kl_in_reward:
+        return scores, metrics
+    kl_ctrl.update(current_kl, n_steps=len(batch))
+    return rewards, metrics
+
+
+def advantages_and_returns(
+    batch: Batch, estimator: AdvantageEstimator, algo: AlgorithmConfig, use_critic: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The estimator's advantages and returns of the token rewards (GAE with the critic's values,
+    or a group estimator over ``group_id``); a critic's advantages whitened when asked."""
+    inputs = AdvantageInputs(
+        token_level_rewards=batch["token_level_rewards"],
+        mask=batch["response_mask"],
+        values=batch["values"] if use_critic else None,
+        group_ids=list(batch["group_id"]),
+        gamma=algo.gamma,
+        lam=algo.lam,
+        norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+    )
+    advantages, returns = estimator.fn(inputs)
+    if use_critic and algo.whiten_advantages:
+        advantages = masked_whiten(advantages, batch["response_mask"])
+    return advantages, returns
+
+
+def overlong_filtered_mask(batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
+    """DAPO's overlong filter: the loss mask with every truncated sample's tokens out (after the
+    advantages: the sample's score still counts for its group), and the share of samples masked."""
+    overlong = overlong_rows(batch["response_truncated"], batch["context_truncated"])
+    mask = overlong_loss_mask(batch["response_mask"], overlong)
+    return mask, {"overlong_filter/masked_share": float(overlong.float().mean())}
+
+
+def stale_rollout_weights(batch: Batch, cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """One-step-off: the engine sampled with older weights than π_old (recomputed), so each token
+    is re-weighted by π_old / π_rollout, truncated at ``cap`` (``algorithm.tis_cap``)."""
+    return truncated_importance_weights(
+        batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], cap
+    )
