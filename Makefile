@@ -26,11 +26,11 @@ quickstart: setup
 	$(BIN)/python -m agentrl.quickstart
 
 test: setup
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest -q
 
 # The fast subset (no Ray end-to-end runs, quickstart, vLLM or shared-corpus indexes): ~1 min.
 test-fast: setup
-	$(BIN)/python -m pytest tests -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check .
