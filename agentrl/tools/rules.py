@@ -184,10 +184,11 @@ class Claims(Generic[H]):
         self._holders: dict[tuple[str, str], H] = {}
 
     def claim(self, holder: H, **keys: str) -> Clash[H] | None:
-        """Give ``holder`` each ``kind=value`` of ``keys``, in their order; the first one another
-        claim already has comes back as a ``Clash`` (and the rest is not claimed), else None."""
+        """Give ``holder`` every ``kind=value`` of ``keys``; where one is held already, the first
+        such in the order given comes back as a ``Clash`` and nothing is claimed, else None."""
         for kind, value in keys.items():
             if (kind, value) in self._holders:
                 return Clash(kind, value, self._holders[kind, value])
+        for kind, value in keys.items():
             self._holders[kind, value] = holder
         return None

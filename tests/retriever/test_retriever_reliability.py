@@ -12,6 +12,7 @@ import pytest
 from agentrl.tools.retrieval.client import RetrieverClient, RetrieverRequestError, RetrieverUnavailable
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_5000_requests_at_64_way_concurrency_without_errors(bm25_server) -> None:
     topk = 3
     n_requests, concurrency = 5000, 64
@@ -43,6 +44,7 @@ def test_5000_requests_at_64_way_concurrency_without_errors(bm25_server) -> None
     assert done == n_requests
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_client_rides_out_a_server_restart(bm25_index: Path, make_server) -> None:
     server = make_server(bm25_index)
 
@@ -69,6 +71,7 @@ def test_client_rides_out_a_server_restart(bm25_index: Path, make_server) -> Non
     assert sizes == [2] * 40
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_server_gone_for_good_raises_clear_error_within_deadline(bm25_index: Path, make_server) -> None:
     server = make_server(bm25_index)
     server.stop(signal.SIGKILL)
@@ -83,6 +86,7 @@ def test_server_gone_for_good_raises_clear_error_within_deadline(bm25_index: Pat
     assert "Connect" in info.value.last_error or "refused" in info.value.last_error.lower()
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_4xx_is_not_retried_and_names_the_problem(bm25_server) -> None:
     client = RetrieverClient(bm25_server.url, deadline_s=10)
     t0 = time.monotonic()
@@ -92,6 +96,7 @@ def test_4xx_is_not_retried_and_names_the_problem(bm25_server) -> None:
     assert info.value.status == 400 and "topk" in str(info.value)
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_client_api_shapes_and_health(bm25_server) -> None:
     async def run():
         async with RetrieverClient(bm25_server.url + "/retrieve") as client:  # endpoint URL also accepted
@@ -112,6 +117,7 @@ def test_client_api_shapes_and_health(bm25_server) -> None:
         asyncio.run(RetrieverClient(bm25_server.url).retrieve("not a list", 3))  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_retries_on_5xx_then_succeeds(bm25_server) -> None:
     """A 503 (overload) from a proxy-like fake in front of the real server is retried (after Retry-After)."""
     from aiohttp import ClientSession, web
@@ -147,21 +153,23 @@ def test_retries_on_5xx_then_succeeds(bm25_server) -> None:
     assert calls["n"] == 3 and len(res[0]) == 2
 
 
-def test_client_module_does_not_import_the_retriever_package() -> None:
+def _modules_imported_by(path: str) -> set[str]:
     import ast
 
+    tree = ast.parse(Path(path).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return imported | {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
+
+
+def test_client_module_does_not_import_the_retriever_package() -> None:
+    import agentrl.tools.http as http
     import agentrl.tools.retrieval.client as mod
 
-    tree = ast.parse(Path(mod.__file__).read_text())
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    }
-    imported |= {
-        node.module.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module
-    }
-    assert imported <= {"__future__", "asyncio", "random", "time", "typing", "aiohttp"}
+    client, layer = _modules_imported_by(mod.__file__), _modules_imported_by(http.__file__)
+    # Of the project, the client imports the tools' HTTP layer alone, and that layer nothing of it.
+    assert {m for m in client | layer if m.split(".")[0] == "agentrl"} == {"agentrl.tools.http"}
+    imported = {m.split(".")[0] for m in client | layer} - {"agentrl"}
+    stdlib = {"__future__", "asyncio", "collections", "dataclasses", "email", "random", "time", "typing"}
+    assert imported <= stdlib | {"aiohttp"}

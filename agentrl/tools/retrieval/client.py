@@ -1,27 +1,28 @@
 """HTTP client for the retriever service (``retriever.server`` or any Search-R1 retriever):
 ``/retrieve`` for the search tool, ``/open_page`` for the page reader.
 
-Deliberately depends only on aiohttp and the standard library: the agent talks to the
+Deliberately depends only on aiohttp, the standard library and the tools' HTTP layer
+(``agentrl/tools/http.py``, aiohttp and the standard library too): the agent talks to the
 retriever over HTTP and must not import the retriever package (its faiss/torch weight).
 
 Reliability model: a two-day training run must survive a retriever restart.  Connection
 errors, timeouts and 5xx answers are retried with exponential backoff and jitter (honouring
-``Retry-After`` on 503), all inside a total deadline; when it is exhausted the call raises
-:class:`RetrieverUnavailable` naming the URL, the attempts and the last error.  4xx answers
-are the caller's bug and raise :class:`RetrieverRequestError` at once.
+``Retry-After``, up to ``backoff_max_s``), all inside a total deadline (``http.with_retries``);
+when the attempts run out, or the deadline does (or the next retry could not start before it),
+the call raises :class:`RetrieverUnavailable` naming the URL, the attempts and the last error.
+4xx answers are the caller's bug and raise :class:`RetrieverRequestError` at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
-import time
 from typing import Any
 
 import aiohttp
 
+from agentrl.tools.http import GaveUp, LoopSession, Retryable, RetryPolicy, retry_after_s, with_retries
+
 __all__ = [
-    "LoopSession",
     "RetrieverClient",
     "RetrieverError",
     "RetrieverRequestError",
@@ -57,55 +58,14 @@ class RetrieverRequestError(RetrieverError):
         self.status = status
 
 
-class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class LoopSession:
-    """One pooled ``aiohttp.ClientSession`` per event loop, made on first use in that loop.
-
-    A session is bound to the loop that created it; a new loop (e.g. a new ``asyncio.run``)
-    gets its own. A session left on a finished loop cannot be closed from here.
-    ``keepalive_timeout``: the connector's (None: aiohttp's default).
-    """
-
-    def __init__(self, limit: int, keepalive_timeout: float | None = None) -> None:
-        self.limit = limit
-        self.keepalive_timeout = keepalive_timeout
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def get(self) -> aiohttp.ClientSession:
-        """The current loop's session."""
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            keepalive = (
-                {} if self.keepalive_timeout is None else {"keepalive_timeout": self.keepalive_timeout}
-            )
-            connector = aiohttp.TCPConnector(limit=self.limit, **keepalive)
-            self._session = aiohttp.ClientSession(connector=connector)
-            self._loop = loop
-        return self._session
-
-    async def close(self) -> None:
-        """Close the current loop's session (idempotent)."""
-        if (
-            self._session is not None
-            and not self._session.closed
-            and self._loop is asyncio.get_running_loop()
-        ):
-            await self._session.close()
-        self._session, self._loop = None, None
-
-
 class RetrieverClient:
     """Async client with one pooled session per event loop, retries and a total deadline.
 
     ``url`` is the service root (``http://host:port``) or one of its endpoints (``/retrieve``,
-    ``/open_page``).
-    ``timeout_s`` bounds one attempt; ``deadline_s`` bounds a whole call including retries.
+    ``/open_page``). ``timeout_s`` bounds one attempt; ``deadline_s`` bounds a whole call
+    including retries; at most ``max_attempts`` attempts, with a jittered wait of up to
+    ``backoff_base_s * 2**k`` (at most ``backoff_max_s``) between them: ``retry``, an
+    ``http.RetryPolicy``. ``max_connections`` bounds the pooled connections of one event loop.
     """
 
     def __init__(
@@ -118,27 +78,21 @@ class RetrieverClient:
         backoff_max_s: float = 5.0,
         max_connections: int = 64,
     ) -> None:
-        if timeout_s <= 0 or deadline_s <= 0:
-            raise ValueError(f"timeout_s/deadline_s: expected > 0, got {timeout_s}/{deadline_s}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts: expected >= 1, got {max_attempts}")
+        self.retry = RetryPolicy(
+            timeout_s=timeout_s,
+            deadline_s=deadline_s,
+            max_attempts=max_attempts,
+            max_retry_after_s=backoff_max_s,  # the server's Retry-After, within our own longest wait
+            backoff_base_s=backoff_base_s,
+            backoff_max_s=backoff_max_s,
+        )
         base = url.rstrip("/")
         for endpoint in ENDPOINTS:
             if base.endswith(endpoint):
                 base = base[: -len(endpoint)]
                 break
         self.base_url = base
-        self.timeout_s = timeout_s
-        self.deadline_s = deadline_s
-        self.max_attempts = max_attempts
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
-        self.max_connections = max_connections
         self._session = LoopSession(max_connections, keepalive_timeout=30)
-
-    # --- session ---------------------------------------------------------------------
-    def _get_session(self) -> aiohttp.ClientSession:
-        return self._session.get()
 
     async def close(self) -> None:
         """Close the pooled session of the current loop (idempotent)."""
@@ -150,66 +104,28 @@ class RetrieverClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # --- core request with retries ---------------------------------------------------
-    def _backoff(self, attempt: int) -> float:
-        """Exponential backoff with jitter: uniform(cap/2, cap), cap = min(max, base * 2**attempt).
-
-        Jitter spreads the retries of many rollout workers so a restarted server is not hit
-        by all of them in the same millisecond.
-        """
-        cap = min(self.backoff_max_s, self.backoff_base_s * (2**attempt))
-        return random.uniform(cap / 2, cap)
-
-    async def _attempt(
-        self, method: str, path: str, payload: Any, timeout_s: float, ok_statuses: tuple[int, ...]
-    ) -> Any:
-        session = self._get_session()
-        url = self.base_url + path
-        timeout = aiohttp.ClientTimeout(total=timeout_s)
-        async with session.request(method, url, json=payload, timeout=timeout) as resp:
-            if resp.status in ok_statuses:
-                return await resp.json(content_type=None)
-            text = (await resp.text())[:500]
-            if resp.status >= 500:
-                retry_after = None
-                header = resp.headers.get("Retry-After")
-                if header:
-                    try:
-                        retry_after = float(header)
-                    except ValueError:
-                        retry_after = None
-                raise _Retryable(f"HTTP {resp.status}: {text}", retry_after)
-            raise RetrieverRequestError(url, resp.status, text)
-
     async def _request(
         self, method: str, path: str, payload: Any = None, ok_statuses: tuple[int, ...] = (200,)
     ) -> Any:
-        start = time.monotonic()
-        deadline = start + self.deadline_s
-        last_error = "no attempt made"
-        attempts = 0
-        while attempts < self.max_attempts:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            attempts += 1
-            retry_after: float | None = None
-            try:
-                return await self._attempt(method, path, payload, min(self.timeout_s, remaining), ok_statuses)
-            except _Retryable as exc:
-                last_error, retry_after = str(exc), exc.retry_after
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if attempts >= self.max_attempts:
-                break
-            delay = self._backoff(attempts - 1)
-            if retry_after is not None:
-                delay = max(delay, min(retry_after, self.backoff_max_s))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            await asyncio.sleep(min(delay, remaining))
-        raise RetrieverUnavailable(self.base_url + path, attempts, last_error, time.monotonic() - start)
+        """The JSON body of an ``ok_statuses`` answer; 5xx and transport errors retried (module docstring)."""
+        url = self.base_url + path
+
+        async def attempt(timeout_s: float) -> Any:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with self._session.get().request(method, url, json=payload, timeout=timeout) as resp:
+                if resp.status in ok_statuses:
+                    return await resp.json(content_type=None)
+                text = (await resp.text())[:500]
+                if resp.status >= 500:
+                    raise Retryable(
+                        f"HTTP {resp.status}: {text}", retry_after_s(resp.headers.get("Retry-After"))
+                    )
+                raise RetrieverRequestError(url, resp.status, text)
+
+        try:
+            return await with_retries(attempt, self.retry)
+        except GaveUp as exc:
+            raise RetrieverUnavailable(url, exc.attempts, exc.last_error, exc.elapsed_s) from None
 
     # --- public API ------------------------------------------------------------------
     async def retrieve(self, queries: list[str], topk: int) -> list[list[dict]]:

@@ -14,8 +14,9 @@ Reliability and cost:
   process), retries included;
 * 429, 5xx, timeouts and connection errors are retried up to ``max_retries`` times with
   exponential backoff and jitter, waiting at least what a ``Retry-After`` header asks, all
-  inside ``deadline_s``; past them ``WebSearchUnavailable`` names the URL, the attempts and
-  the last error;
+  inside ``deadline_s`` (the tools' HTTP layer, ``agentrl/tools/http.py``); past them, or when
+  the next retry could not start before the deadline, ``WebSearchUnavailable`` names the URL,
+  the attempts and the last error;
 * any other 4xx (a bad key, no credits left, a bad request) is not retried:
   ``WebSearchRejected`` names the status and the API's own message;
 * ``Attempts`` counts what one search cost: requests sent, retries, billed answers (200s).
@@ -27,10 +28,8 @@ logged and is scrubbed from any error text the API echoes.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import os
-import random
 import threading
 import time
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from typing import Any
 import aiohttp
 
 from agentrl.tools.base import ToolError
-from agentrl.tools.retrieval.client import LoopSession
+from agentrl.tools.http import GaveUp, LoopSession, Retryable, RetryPolicy, retry_after_s, with_retries
 
 __all__ = [
     "SERPER_URL",
@@ -129,29 +128,13 @@ class TokenBucket:
                 raise
 
 
-def retry_after_s(header: str | None) -> float | None:
-    """A ``Retry-After`` header in seconds: delta-seconds or an HTTP date; None if absent or unreadable."""
-    if not header:
-        return None
-    try:
-        return max(0.0, float(header))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(header)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
 class SerperClient:
-    """Serper's search endpoint with one pooled HTTP session per event loop (module docstring)."""
+    """Serper's search endpoint with one pooled HTTP session per event loop (module docstring).
+
+    ``retry``: one search's timeout per request, deadline, attempts (``max_retries + 1``) and
+    backoff; ``limiter``: the rate limit every request waits for; ``params``: extra body fields
+    (``gl``, ``hl``), part of every cache key.
+    """
 
     api = "serper"
 
@@ -160,31 +143,15 @@ class SerperClient:
         base_url: str = SERPER_URL,
         api_key_env: str = "SERPER_API_KEY",
         *,
+        retry: RetryPolicy,
         limiter: TokenBucket | None = None,
-        request_timeout_s: float = 10.0,
-        deadline_s: float = 60.0,
-        max_retries: int = 3,
-        backoff_base_s: float = 0.5,
-        backoff_max_s: float = 8.0,
         params: dict[str, Any] | None = None,
     ) -> None:
-        if request_timeout_s <= 0 or deadline_s <= 0:
-            raise ValueError(
-                f"request_timeout_s/deadline_s must be > 0, got {request_timeout_s}/{deadline_s}"
-            )
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
-        if backoff_base_s < 0 or backoff_max_s < backoff_base_s:
-            raise ValueError(f"backoff: need 0 <= base <= max, got {backoff_base_s}/{backoff_max_s}")
         self.url = base_url.rstrip("/") + SEARCH_PATH
         self.api_key_env = api_key_env
+        self.retry = retry
         self.limiter = limiter
-        self.request_timeout_s = request_timeout_s
-        self.deadline_s = deadline_s
-        self.max_retries = max_retries
-        self.backoff_base_s = backoff_base_s
-        self.backoff_max_s = backoff_max_s
-        self.params = dict(params or {})  # extra body fields (gl, hl), part of every cache key
+        self.params = dict(params or {})
         self._session = LoopSession(limit=64)
 
     async def close(self) -> None:
@@ -199,50 +166,31 @@ class SerperClient:
             )
         return key
 
-    def _backoff(self, retry: int) -> float:
-        """Uniform in [cap/2, cap], cap = min(max, base * 2**retry): workers' retries spread out."""
-        cap = min(self.backoff_max_s, self.backoff_base_s * (2**retry))
-        return random.uniform(cap / 2, cap)
-
     async def search(self, query: str, num: int, attempts: Attempts) -> list[dict[str, Any]]:
-        """The organic results of ``query``, best first, each ``{"title", "link", "snippet", "position"}``."""
+        """The organic results of ``query``, best first, each ``{"title", "link", "snippet", "position"}``;
+        ``attempts`` counts the requests, retries and billed answers it cost."""
         key = self._key()
-        start = time.monotonic()
-        last_error = "no attempt made"
-        for retry in range(self.max_retries + 1):
-            if retry:
+        payload = {"q": query, "num": num, **self.params}
+
+        async def before(attempt: int) -> None:
+            if attempt > 1:
                 attempts.retries += 1
-            if self.limiter is not None:
+            if self.limiter is not None:  # inside the deadline: a long queue for the rate limit counts
                 await self.limiter.acquire()
-            remaining = self.deadline_s - (time.monotonic() - start)
-            if remaining <= 0:
-                raise WebSearchUnavailable(
-                    self.url, retry, time.monotonic() - start, last_error, "deadline passed"
-                )
+
+        async def send(timeout_s: float) -> Any:
             attempts.requests += 1
-            try:
-                body = await self._post(
-                    key, {"q": query, "num": num, **self.params}, min(self.request_timeout_s, remaining)
-                )
-            except _Retryable as exc:
-                last_error, retry_after = str(exc), exc.retry_after
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                last_error, retry_after = (
-                    (f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__),
-                    None,
-                )
-            else:
-                attempts.billed += 1
-                return self._organic(body)
-            if retry == self.max_retries:
-                break
-            delay = max(self._backoff(retry), retry_after or 0.0)
-            elapsed = time.monotonic() - start
-            if elapsed + delay >= self.deadline_s:
-                why = f"the next retry (in {delay:.1f}s) would pass the deadline of {self.deadline_s}s"
-                raise WebSearchUnavailable(self.url, retry + 1, elapsed, last_error, why)
-            await asyncio.sleep(delay)
-        raise WebSearchUnavailable(self.url, self.max_retries + 1, time.monotonic() - start, last_error)
+            body = await self._post(key, payload, timeout_s)
+            attempts.billed += 1
+            return body
+
+        try:
+            body = await with_retries(send, self.retry, before)
+        except GaveUp as exc:
+            raise WebSearchUnavailable(
+                self.url, exc.attempts, exc.elapsed_s, exc.last_error, exc.why
+            ) from None
+        return self._organic(body)
 
     async def _post(self, key: str, payload: dict[str, Any], timeout_s: float) -> Any:
         headers = {"X-API-KEY": key, "Content-Type": "application/json"}
@@ -256,7 +204,7 @@ class SerperClient:
                     raise WebSearchRejected(self.url, 200, f"the answer is not JSON: {text!r}") from None
             message = _scrub(_api_message(await resp.text()), key)
             if resp.status == 429 or resp.status >= 500:
-                raise _Retryable(
+                raise Retryable(
                     f"HTTP {resp.status}: {message}", retry_after_s(resp.headers.get("Retry-After"))
                 )
             raise WebSearchRejected(self.url, resp.status, message)

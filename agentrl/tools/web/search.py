@@ -12,7 +12,8 @@ environment variable named by ``api_key_env`` (never from config text, never log
 speaking the same JSON (the real API is not reachable from the project's machines). Answers
 are kept in a persistent SQLite cache (``cache.py``) shared by every process that names
 the same file; a cache hit, or an identical request already in flight in this process,
-never reaches the network.
+never reaches the network. The options are the fields of one frozen ``WebSearchOptions``
+(``options.py``), given flat as keyword arguments and checked when the tool is built.
 
 What the policy reads, cut to ``max_chars`` (and the cut said)::
 
@@ -38,17 +39,16 @@ import sqlite3
 from typing import Any
 
 from agentrl.tools.base import ToolResult
-from agentrl.tools.rules import check_tag
+from agentrl.tools.rules import check_options, check_tag
 from agentrl.tools.spec import ToolSpec
 from agentrl.tools.web.cache import SearchCache, cache_key
-from agentrl.tools.web.client import SERPER_URL, Attempts, SerperClient, TokenBucket, WebSearchError
+from agentrl.tools.web.client import Attempts, SerperClient, TokenBucket, WebSearchError
+from agentrl.tools.web.options import DEFAULT_CACHE, WHERE, WebSearchOptions
 
-__all__ = ["DEFAULT_CACHE", "WebSearchTool", "format_results"]
+__all__ = ["DEFAULT_CACHE", "WebSearchOptions", "WebSearchTool", "format_results"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CACHE = "~/.cache/agentrl/web_search.sqlite3"
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 _SPACES = re.compile(r"\s+")
 
 
@@ -75,70 +75,28 @@ def format_results(query: str, results: list[dict[str, Any]], max_chars: int) ->
 class WebSearchTool:
     """Web search through Serper's API with a shared cache, a rate limit and retries (module docstring)."""
 
-    def __init__(
-        self,
-        name: str = "web_search",
-        tag: str | None = None,
-        base_url: str = SERPER_URL,
-        api_key_env: str = "SERPER_API_KEY",
-        num: int = 5,
-        max_num: int = 10,
-        num_argument: bool = True,
-        gl: str | None = None,
-        hl: str | None = None,
-        max_chars: int = 2000,
-        cache_path: str | None = DEFAULT_CACHE,
-        cache_ttl_s: float | None = None,
-        requests_per_s: float | None = 10.0,
-        burst: int = 1,
-        request_timeout_s: float = 10.0,
-        max_retries: int = 3,
-        backoff_base_s: float = 0.5,
-        backoff_max_s: float = 8.0,
-        deadline_s: float = 60.0,
-        price_per_1k_usd: float = 1.0,
-    ) -> None:
-        if not isinstance(api_key_env, str) or not _ENV_NAME.fullmatch(api_key_env):
-            # The value is not echoed: a user may have pasted the key itself here.
+    options_class = WebSearchOptions  # the options it takes (rules.check_options reads them)
+
+    def __init__(self, **options: Any) -> None:
+        check_options(type(self), options, WHERE)
+        self.options = opts = WebSearchOptions(**options)
+        if not os.environ.get(opts.api_key_env, "").strip():
             raise ValueError(
-                "api_key_env must name an environment variable (capitals, digits, '_', e.g. SERPER_API_KEY), "
-                "not hold the key itself"
+                f"the web-search API key is not set: export it in the environment variable {opts.api_key_env}"
             )
-        if not os.environ.get(api_key_env, "").strip():
-            raise ValueError(
-                f"the web-search API key is not set: export it in the environment variable {api_key_env}"
-            )
-        if not 1 <= num <= max_num:
-            raise ValueError(f"need 1 <= num <= max_num, got num={num}, max_num={max_num}")
-        if max_chars < 100:
-            raise ValueError(f"max_chars must be >= 100, got {max_chars}")
-        if price_per_1k_usd < 0:
-            raise ValueError(f"price_per_1k_usd must be >= 0, got {price_per_1k_usd}")
         self.spec = ToolSpec(
-            name,
+            opts.name,
             "Search the web (Google) and return the top results: title, snippet, link.",
-            self._parameters(num, max_num, num_argument),
+            self._parameters(opts.num, opts.max_num, opts.num_argument),
         )
-        self.name = name
-        self.tag = check_tag(tag if tag is not None else name, f"tool {name!r}")
-        self.num, self.max_num = num, max_num
-        self.max_chars = max_chars
-        self.price_per_1k_usd = price_per_1k_usd
-        limiter = TokenBucket(requests_per_s, burst) if requests_per_s is not None else None
-        params = {k: v for k, v in (("gl", gl), ("hl", hl)) if v is not None}
+        self.name = opts.name
+        self.tag = check_tag(opts.tag if opts.tag is not None else opts.name, f"tool {opts.name!r}")
+        limiter = TokenBucket(opts.requests_per_s, opts.burst) if opts.requests_per_s is not None else None
         self.client = SerperClient(
-            base_url,
-            api_key_env,
-            limiter=limiter,
-            request_timeout_s=request_timeout_s,
-            deadline_s=deadline_s,
-            max_retries=max_retries,
-            backoff_base_s=backoff_base_s,
-            backoff_max_s=backoff_max_s,
-            params=params,
+            opts.base_url, opts.api_key_env, retry=opts.retry, limiter=limiter, params=opts.params
         )
-        self.cache = SearchCache(cache_path, cache_ttl_s) if cache_path is not None else None
-        self.timeout_s = deadline_s + 5.0  # the rollout's bound: the client's deadline surfaces first
+        self.cache = SearchCache(opts.cache_path, opts.cache_ttl_s) if opts.cache_path is not None else None
+        self.timeout_s = opts.deadline_s + 5.0  # the rollout's bound: the client's deadline surfaces first
         self.totals = {key: 0.0 for key in ("requests", "retries", "cache_hits", "cost_usd")}
         self._inflight: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
 
@@ -174,11 +132,13 @@ class WebSearchTool:
 
     async def _one(self, arguments: dict[str, Any]) -> ToolResult:
         query = str(arguments.get("query", "")).strip()
-        num = min(max(int(arguments.get("num", self.num)), 1), self.max_num)
+        num = min(max(int(arguments.get("num", self.options.num)), 1), self.options.max_num)
         if not query:
             return ToolResult("Error: the query is empty.", self._metrics(Attempts(), hit=False))
         results, attempts, hit = await self._search(query, num)
-        return ToolResult(format_results(query, results[:num], self.max_chars), self._metrics(attempts, hit))
+        return ToolResult(
+            format_results(query, results[:num], self.options.max_chars), self._metrics(attempts, hit)
+        )
 
     async def _search(self, query: str, num: int) -> tuple[list[dict[str, Any]], Attempts, bool]:
         key = cache_key(self.client.api, self.client.url, query, num=num, **self.client.params)
@@ -239,7 +199,7 @@ class WebSearchTool:
             "requests": float(attempts.requests),
             "retries": float(attempts.retries),
             "cache_hits": float(hit),
-            "cost_usd": attempts.billed * self.price_per_1k_usd / 1000.0,
+            "cost_usd": attempts.billed * self.options.price_per_1k_usd / 1000.0,
         }
 
     def _metrics(self, attempts: Attempts, hit: bool) -> dict[str, float]:
