@@ -9,17 +9,39 @@ even when the token is right there: the join fails after ~20 s with ``InvalidAut
 when ``RAY_AUTH_MODE`` is unset and a token is where Ray reads it, the driver turns token mode
 on, as ``ray start`` does; a refused token becomes an error that says where it was looked for.
 A head started with ``RAY_AUTH_MODE=disabled`` accepts a token-mode driver too.
+
+``ray.init`` has no deadline for reaching the head: at an address nothing answers it retries for
+~14 minutes. So the address is checked first, in seconds (``check_address``): ``HOST:PORT`` (the
+head's GCS port) and ``ray://HOST[:PORT]`` (Ray Client; port 10001 by default) by a TCP connection,
+``auto`` by the address Ray would pick (``RAY_ADDRESS``, else the cluster the last ``ray start`` on
+this machine started or joined) and then the same connection; ``local`` is Ray's own (a new local
+cluster) and not checked. Anything else is refused by name. Every failure to join is a
+``StartupError`` naming ``resources.ray_address``.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+import time
 from pathlib import Path
 
 import ray
 
+from agentrl.config.errors import StartupError
+
 AUTH_MODE = "RAY_AUTH_MODE"
 DEFAULT_TOKEN = "~/.ray/auth_token"
+KEY = "resources.ray_address"
+GCS_PORT = 6379  # `ray start --head`'s default, for the hints
+CLIENT_PORT = 10001  # the Ray Client server's default port, for ray://HOST
+CLIENT = "ray://"
+CONNECT_TIMEOUT_S = 2.0  # one TCP connection attempt; a head on a working network answers in ms
+CONNECT_ATTEMPTS = 3  # a head that is just starting gets a couple more tries
+RETRY_PAUSE_S = 1.0
+# HOST:PORT, the host a name, an IPv4 address or a bracketed IPv6 address
+_HOST_PORT = re.compile(r"(?:\[(?P<v6>[\w:.%]+)\]|(?P<host>[\w.-]+)):(?P<port>\d{1,5})")
 
 
 def _file(path: Path) -> str:
@@ -89,6 +111,132 @@ def _auth_message(address: str, turned_on: bool) -> str:
     )
 
 
+def parse_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of ``HOST:PORT`` (an IPv6 host in brackets), or None when it is not one."""
+    match = _HOST_PORT.fullmatch(address.strip())
+    if match is None or not 0 < int(match["port"]) < 65536:
+        return None
+    return match["v6"] or match["host"], int(match["port"])
+
+
+def _malformed(address: str) -> StartupError:
+    return StartupError(
+        f"{KEY}={address!r} is not an address Ray can join: expected HOST:PORT, the head's GCS address "
+        f"(port {GCS_PORT} unless `ray start --head --port` chose another; e.g. 10.0.0.5:{GCS_PORT}), "
+        f"{CLIENT}HOST[:PORT] (Ray Client, port {CLIENT_PORT} by default), auto (the cluster this "
+        "machine's `ray start` started or joined), or null to start a local cluster"
+    )
+
+
+def _auto_address() -> tuple[str, str] | None:
+    """The address ``ray.init(address="auto")`` would join, and where it was found; None when this
+    Ray cannot say (its private helpers moved), so that Ray's own search decides."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+        from ray._private.utils import get_ray_address_file, read_ray_address
+    except ImportError:
+        return None
+    variable, recorded = os.environ.get("RAY_ADDRESS"), get_ray_address_file(None)
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except ValueError:  # Ray's "Invalid address format"
+        raise StartupError(f"{KEY}=auto reads RAY_ADDRESS={variable!r}, which is not HOST:PORT") from None
+    except ConnectionError:  # Ray's "Could not find any running Ray instance"
+        raise StartupError(
+            f"{KEY}=auto found no running Ray cluster on this machine: RAY_ADDRESS is unset, no "
+            f"`ray start` here recorded one ({recorded}: no such file), and no GCS process runs here. "
+            f"Start the head (`ray start --head --port={GCS_PORT}`) or join it from this node "
+            f"(`ray start --address=HEAD_IP:{GCS_PORT}`), or set {KEY}=HEAD_IP:{GCS_PORT}"
+        ) from None
+    if not found:
+        return None
+    # Ray's order: the variable, then the file `ray start` writes, then any GCS process running here
+    if variable:
+        return found, "RAY_ADDRESS"
+    return found, recorded if read_ray_address(None) else "a GCS process running here"
+
+
+def _probe(host: str, port: int) -> tuple[str, str] | None:
+    """None when a TCP connection to ``host:port`` opens, else what happened: ``(kind, text)``,
+    kind one of unresolved, refused, timeout, failed."""
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except socket.gaierror as error:
+        return "unresolved", f"the host name {host!r} was not resolved ({error.strerror})"
+    except ConnectionRefusedError:
+        return "refused", f"the connection was refused: nothing listens on port {port} there"
+    except TimeoutError:
+        why = "the host is down, or a firewall drops the packets"
+        return "timeout", f"no answer within {CONNECT_TIMEOUT_S:g} s ({why})"
+    except OSError as error:  # no route to host, network unreachable
+        return "failed", f"the connection failed ({error.strerror or error})"
+
+
+def _target(address: str) -> tuple[str, int, bool, str] | None:
+    """The host and TCP port to try for ``address``, whether it is a Ray Client address, and
+    where ``auto`` found it ("" otherwise); None for an ``auto`` this Ray cannot resolve here (its
+    own search decides); a ``StartupError`` when it is no address."""
+    text, found = address.strip(), ""
+    if text == "auto":
+        auto = _auto_address()
+        if auto is None:
+            return None
+        text, where = auto
+        found = f" (found {text} in {where})"
+    client = text.startswith(CLIENT)
+    target = text[len(CLIENT) :] if client else text
+    if client and parse_address(target) is None and parse_address(f"{target}:{CLIENT_PORT}"):
+        target = f"{target}:{CLIENT_PORT}"
+    parsed = parse_address(target)
+    if parsed is None:
+        raise _malformed(address)
+    return parsed[0], parsed[1], client, found
+
+
+def _advice(host: str, port: int, client: bool, kind: str) -> str:
+    if kind == "unresolved":
+        return "Check the host name, or give the head's IP address"
+    if client:
+        started = (
+            f"Check that the head is started and serves Ray Client on port {port} (`ray start --head` "
+            f"does, on port {CLIENT_PORT} unless --ray-client-server-port says otherwise)"
+        )
+    else:
+        started = (
+            f"Check that the head is started (`ray start --head --port={port}` on {host}) and that this "
+            "is the GCS address `ray start --head` printed"
+        )
+    return f"{started}, and that no firewall between this machine and the head blocks the port"
+
+
+def check_address(address: str | None) -> None:
+    """Raise a ``StartupError``, within ~10 s, unless something answers at the Ray address
+    ``address`` (``resources.ray_address``) names: its form is checked, then a TCP connection to
+    the head's port is tried up to ``CONNECT_ATTEMPTS`` times. Nothing to check for None (a
+    local cluster) or ``local``."""
+    if not address or address.strip() == "local":
+        return
+    target = _target(address)
+    if target is None:
+        return
+    host, port, client, found = target
+    started = time.monotonic()
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        problem = _probe(host, port)
+        if problem is None:
+            return
+        if problem[0] == "unresolved" or attempt == CONNECT_ATTEMPTS:  # a misspelt name stays one
+            break
+        time.sleep(RETRY_PAUSE_S)
+    kind, text = problem
+    tries = f"{attempt} attempt(s) in {time.monotonic() - started:.1f} s"
+    raise StartupError(
+        f"cannot reach the Ray cluster at {KEY}={address}{found}: {text} ({tries}). "
+        f"{_advice(host, port, client, kind)}"
+    )
+
+
 def join_cluster(address: str | None, num_cpus: int) -> None:
     """Connect this driver to the Ray cluster at ``address``, or start a local one with
     ``num_cpus`` CPUs when it is None; nothing when Ray is already initialised (a caller's own
@@ -98,10 +246,11 @@ def join_cluster(address: str | None, num_cpus: int) -> None:
     if not address:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
         return
+    check_address(address)
     turned_on = _token_mode_if_token()
     try:
         ray.init(address=address)
     except Exception as error:  # ConnectionError, RuntimeError, AuthenticationError: Ray's choice
         if _is_auth_error(error):
-            raise RuntimeError(_auth_message(address, turned_on)) from error
-        raise
+            raise StartupError(_auth_message(address, turned_on)) from error
+        raise StartupError(f"could not join the Ray cluster at {KEY}={address}: {error}") from error

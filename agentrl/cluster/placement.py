@@ -6,9 +6,9 @@ forever for an actor it cannot place, so before any worker starts the cluster's 
 checked, in seconds: their totals, each bundle whole on one node, then what they have free
 now. Only then are the bundles reserved, in one placement group laid out by
 ``resources.placement_strategy`` (Ray's PACK or SPREAD), with ``resources.placement_timeout_s``
-as the last bound. Each failure names what is needed and what each node has. Nodes that a
-restart must not use (``avoid``: a frozen node that Ray still counts as alive) are left out of
-the check and kept out of the group by Ray's node-id label.
+as the last bound. Each failure is a ``StartupError`` that names what is needed and what each
+node has. Nodes that a restart must not use (``avoid``: a frozen node that Ray still counts as
+alive) are left out of the check and kept out of the group by Ray's node-id label.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from agentrl.cluster.fit import (
     too_small_message,
 )
 from agentrl.cluster.join import join_cluster
+from agentrl.config.errors import StartupError
 from agentrl.config.schema import ExperimentConfig
 
 NODE_ID_LABEL = "ray.io/node-id"  # the label Ray gives every node: its id (Ray 2.60)
@@ -71,11 +72,11 @@ def ensure_cluster(config: ExperimentConfig, layout: Layout, avoid: frozenset[st
     problem = too_small_message(config, layout, nodes) or no_room_message(config, layout, nodes)
     if problem:
         skipped = f" (not counting {len(avoid)} node(s) this start avoids)" if avoid else ""
-        raise RuntimeError(problem + skipped)
+        raise StartupError(problem + skipped)
     grace, started = min(BUSY_GRACE_S, res.placement_timeout_s), time.monotonic()
     while not bundles_fit(layout.bundles, free := free_nodes(avoid)):
         if time.monotonic() - started >= grace:
-            raise RuntimeError(busy_message(config, layout, nodes, free, grace))
+            raise StartupError(busy_message(config, layout, nodes, free, grace))
         time.sleep(0.25)
 
 
@@ -91,7 +92,7 @@ def reserve(
     ready, _ = ray.wait([group.ready()], timeout=res.placement_timeout_s)
     if not ready:
         remove_placement_group(group)
-        raise RuntimeError(
+        raise StartupError(
             f"the Ray cluster could not place the bundles {bundles_text(layout.bundles)} ({strategy}) "
             f"within {res.placement_timeout_s:g} s (resources.placement_timeout_s), although its nodes had "
             f"room a moment before: {nodes_text(cluster_nodes(avoid), free_nodes(avoid))}; another run may "

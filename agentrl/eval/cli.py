@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.config.errors import report_error
 from agentrl.config.loader import ConfigError, load_rollout
+from agentrl.data.qa import QADataError
 from agentrl.eval.datasets import DatasetSpec, parse_dataset_arg
 from agentrl.eval.extraction import ANSWER_RULES
 from agentrl.eval.harness import EvalSettings, evaluate
@@ -171,25 +173,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    settings = settings_from_args(args)
-    specs = _specs(args)
+    try:
+        settings = settings_from_args(args)
+        specs = _specs(args)
+    except ValueError as error:  # a flag's value
+        return report_error(error, 2)
     engine_kwargs = {"max_batch_size": args.max_batch_size, "dtype": args.dtype}
     out = Path(args.out)
     rows = []
     for mode in args.mode:
-        results = evaluate(
-            args.model,
-            None,
-            specs,
-            mode,
-            args.retriever_url,
-            settings=settings,
-            out_dir=out / mode,
-            engine=args.engine,
-            engine_kwargs=engine_kwargs,
-            corpus=args.corpus,
-            progress=not args.no_progress,
-        )
+        try:
+            results = evaluate(
+                args.model,
+                None,
+                specs,
+                mode,
+                args.retriever_url,
+                settings=settings,
+                out_dir=out / mode,
+                engine=args.engine,
+                engine_kwargs=engine_kwargs,
+                corpus=args.corpus,
+                progress=not args.no_progress,
+            )
+        except (QADataError, FileNotFoundError) as error:  # a data file, the model directory
+            return report_error(error, 2)
         rows.extend(results.table_rows())
         print(
             f"[{mode}] {json.dumps(results.metrics)} ({results.seconds:.0f} s, {results.resumed} resumed)",

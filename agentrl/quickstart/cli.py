@@ -1,6 +1,7 @@
 """The quickstart's command line: arguments, SIGTERM handling and exit codes.
 
-Exit codes: 0 ok, 1 non-finite numbers in the report, 2 a config error.
+Exit codes: 0 ok, 1 non-finite numbers in the report, 2 a start-up error (the config, joining
+the cluster, room for the roles): one ``error:`` line, its traceback only with ``AGENTRL_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import argparse
 import math
 import signal
-import sys
 from typing import Any
 
 from agentrl.quickstart.pipeline import run_quickstart
@@ -57,8 +57,9 @@ def chosen_profile(args: argparse.Namespace) -> Profile:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the quickstart; 0 when every evaluation number is finite, 1 otherwise, 2 on a config error."""
+    """Run the quickstart; 0 when every evaluation number is finite, 1 otherwise, 2 on a start-up error."""
     args = parse_args(argv)
+    from agentrl.config.errors import StartupError, report_error
     from agentrl.config.loader import ConfigError
 
     # A SIGTERM (e.g. from a job runner) unwinds like Ctrl-C, so the finally blocks stop the
@@ -68,9 +69,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = run_quickstart(args.out, chosen_profile(args), args.seed, args.overrides, args.preset)
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (ConfigError, StartupError) as error:
+        return report_error(error, 2)
     finite = all(
         math.isfinite(v) for r in (result.before, result.after) for h in r.values() for v in h.values()
     )

@@ -37,6 +37,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.config.errors import StartupError, report_error
+from agentrl.config.loader import ConfigError
 from agentrl.recipes.phases import PhaseRunner
 from agentrl.recipes.search_qa_eval import CELLS, evaluate_cells
 from agentrl.recipes.search_qa_profile import FULL, PROFILE_DIR, PROFILES, TINY, RecipeProfile
@@ -371,9 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    run_phases(
-        args.data_dir, args.out, PROFILES[args.profile], model=args.model, only=args.only, seed=args.seed
-    )
+    try:
+        run_phases(
+            args.data_dir, args.out, PROFILES[args.profile], model=args.model, only=args.only, seed=args.seed
+        )
+    except (ConfigError, StartupError) as error:  # a phase's config, joining the cluster, room for the roles
+        return report_error(error, 2)
     return 0
 
 

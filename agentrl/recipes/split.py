@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentrl.config.errors import report_error
 from agentrl.data.qa import read_question_records, write_rows
 from agentrl.eval.datasets import DatasetSpec, load_questions
 from agentrl.rewards.match import normalize_answer
@@ -227,8 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
         )
     except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error, 2)
     print(json.dumps(report.to_json()))
     return 0
 

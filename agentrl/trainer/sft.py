@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from agentrl.agent.collate import collate
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
+from agentrl.config.errors import report_error
 from agentrl.config.schema import OptimConfig
 from agentrl.core.batch import Batch
 from agentrl.models.forward import policy_forward
@@ -319,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         examples = load_sft_examples(args.data, args.min_reward)
         trainer = SFTTrainer(args.model, config)
     except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error, 2)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with (out / "sft_metrics.jsonl").open("w") as log:
