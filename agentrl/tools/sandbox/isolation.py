@@ -28,7 +28,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,8 @@ class SandboxLimits:
     workdir_mb: int = 128
 
     def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
+        for name in (f.name for f in fields(SandboxLimits)):  # a subclass's own fields are its own
+            value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"python sandbox: {name} must be a number > 0, got {value!r}")
         if self.processes < 2 or self.open_files < 16 or self.memory_mb < 32:
@@ -243,20 +244,25 @@ class Launch:
     env: dict[str, str]
 
 
-def launch(
-    level: str,
-    *,
-    python: str,
-    workdir: str,
-    work_root: str,
-    user: tuple[int, int] | None,
-    limits: SandboxLimits,
-    plan: MountPlan,
-) -> Launch:
-    """The command that starts one interpreter at ``level`` in ``workdir``, as ``user`` when given."""
+@dataclass(frozen=True)
+class SandboxSetup:
+    """What every interpreter of one tool starts from: the isolation ``level`` in force, the
+    ``python`` to run, the ``work_root`` its working directory lies under, the ``limits`` and the
+    ``plan`` of what a namespace level hides and binds back."""
+
+    level: str
+    python: str
+    work_root: str
+    limits: SandboxLimits
+    plan: MountPlan
+
+
+def launch(setup: SandboxSetup, workdir: str, user: tuple[int, int] | None) -> Launch:
+    """The command that starts one interpreter of ``setup`` in ``workdir``, as ``user`` when given."""
+    level, limits = setup.level, setup.limits
     config: dict[str, Any] = {
         "workdir": workdir,
-        "work_root": work_root,
+        "work_root": setup.work_root,
         "limits": asdict(limits),
         "user": list(user) if user else None,
         "env": base_env(workdir),
@@ -268,14 +274,14 @@ def launch(
     }
     if level == "unshare":
         config["mounts"] = {
-            "cover": plan.cover,
-            "keep": plan.keep,
+            "cover": setup.plan.cover,
+            "keep": setup.plan.keep,
             "workdir": workdir,
             "workdir_mb": limits.workdir_mb,
         }
-    command = [python, "-I", REPL_SCRIPT, json.dumps(config)]
+    command = [setup.python, "-I", REPL_SCRIPT, json.dumps(config)]
     if level == "bwrap":
-        command = [*_bwrap_arguments(workdir, user, plan, limits.workdir_mb), "--", *command]
+        command = [*_bwrap_arguments(workdir, user, setup.plan, limits.workdir_mb), "--", *command]
     elif level == "unshare":
         command = [*_unshare(), *_userns(), *NAMESPACES, "--", *command]
     return Launch(command, base_env(workdir))

@@ -25,6 +25,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from agentrl.tools.sandbox.options import SandboxOptions
+
 
 class PoolTimeout(TimeoutError):
     """No slot became free within the pool's wait."""
@@ -73,11 +75,11 @@ def kill_user(uid: int, rounds: int = 20) -> int:
 
 
 class InterpreterPool:
-    """``size`` slots; uids from ``[uid_base, uid_base + uid_count)`` when running as root."""
+    """``options.max_interpreters`` slots; as root, uids from ``[uid_base, uid_base + uid_count)``
+    claimed in ``options.lock_dir``."""
 
-    def __init__(self, size: int, lock_dir: str, uid_base: int, uid_count: int) -> None:
-        if size < 1:
-            raise ValueError(f"python sandbox: max_interpreters must be >= 1, got {size}")
+    def __init__(self, options: SandboxOptions) -> None:
+        size, uid_base, uid_count = options.max_interpreters, options.uid_base, options.uid_count
         self.size = size
         self.as_root = os.geteuid() == 0
         if self.as_root and (uid_base < 1000 or uid_count < size or uid_base + uid_count > 2**32 - 2):
@@ -85,7 +87,7 @@ class InterpreterPool:
                 f"python sandbox: uids [{uid_base}, {uid_base + uid_count}) must lie in [1000, 2**32 - 2) "
                 f"and number at least max_interpreters={size}"
             )
-        self.lock_dir, self.uid_base, self.uid_count = lock_dir, uid_base, uid_count
+        self.lock_dir, self.uid_base, self.uid_count = options.lock_dir, uid_base, uid_count
         self._free = threading.Semaphore(size)
         self._lock = threading.Lock()
         self._next = 0

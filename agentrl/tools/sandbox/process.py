@@ -28,7 +28,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-from agentrl.tools.sandbox.isolation import Launch
+from agentrl.tools.sandbox.isolation import Launch, SandboxLimits
 from agentrl.tools.sandbox.pool import kill_user
 
 HEADER_SIZE = 8
@@ -154,10 +154,12 @@ def _spawn_forever() -> None:
 class SandboxProcess:
     """A started interpreter; see the module docstring."""
 
-    def __init__(self, launch: Launch, host_dir: str | None, uid: int | None, max_reply_bytes: int) -> None:
+    def __init__(self, launch: Launch, host_dir: str | None, uid: int | None, limits: SandboxLimits) -> None:
         """``host_dir``: the working directory on the host's filesystem, removed at the end
-        (None where it is a tmpfs inside the sandbox, which goes with it)."""
-        self.host_dir, self.uid, self.max_reply_bytes = host_dir, uid, max_reply_bytes
+        (None where it is a tmpfs inside the sandbox, which goes with it); ``uid``: the session's,
+        whose processes ``end`` kills; ``limits``: the interpreter's, which bound a reply's size."""
+        self.host_dir, self.uid = host_dir, uid
+        self.max_reply_bytes = 18 * limits.max_output_bytes + (1 << 20)  # three texts, JSON-escaped
         self._lock = threading.Lock()
         self._ended = self._busy = False
         self._startup_output = ""

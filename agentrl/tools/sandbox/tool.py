@@ -17,6 +17,11 @@ expression, the traceback of an error. A call that outlives ``wall_time_s`` stop
 interpreter and says so; the next call starts a new one and says that too. The code's own
 mistakes and limits are observations; a pool that stays full or an interpreter that cannot
 start raises ``ToolError`` (the rollout's ``tool_error_policy`` decides).
+
+Its options are the fields of one frozen ``SandboxOptions`` (``options.py``), validated once when
+the tool is built; the config gives them flat, as keyword arguments, and the pool
+(``InterpreterPool(options)``), each process (its ``limits``) and the launch (``SandboxSetup``,
+what every interpreter of the tool starts from) read that one value.
 """
 
 from __future__ import annotations
@@ -25,14 +30,14 @@ import ast
 import itertools
 import logging
 import os
-import tempfile
 import textwrap
 import threading
 from typing import Any
 
 from agentrl.tools.base import ToolError, ToolResult
+from agentrl.tools.rules import check_options
 from agentrl.tools.sandbox.isolation import (
-    SandboxLimits,
+    SandboxSetup,
     SandboxUnavailable,
     choose_isolation,
     interpreter_paths,
@@ -41,6 +46,7 @@ from agentrl.tools.sandbox.isolation import (
     python_of,
     unreadable_tops,
 )
+from agentrl.tools.sandbox.options import DEFAULT_UID_BASE, WHERE, SandboxOptions
 from agentrl.tools.sandbox.pool import InterpreterPool, PoolTimeout, Slot
 from agentrl.tools.sandbox.process import (
     InterpreterGone,
@@ -52,14 +58,16 @@ from agentrl.tools.sandbox.process import (
 from agentrl.tools.spec import ToolSpec
 from agentrl.tools.typed import in_thread
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "DEFAULT_UID_BASE",
+    "PythonSandboxTool",
+    "PythonSession",
+    "SandboxOptions",
+    "normalise_code",
+    "render",
+]
 
-DESCRIPTION = (
-    "Run Python code in a sandboxed interpreter. Variables, imports and files persist between your "
-    "calls in this conversation. Returns what the code prints and the value of its last expression. "
-    "There is no network access."
-)
-DEFAULT_UID_BASE = 2_100_000_000  # far from system, user and container (subuid) ranges
+logger = logging.getLogger(__name__)
 
 
 def normalise_code(code: str) -> str:
@@ -105,71 +113,48 @@ def _clean(text: str) -> str:
 
 
 class PythonSandboxTool:
-    """The ``python`` tool (module docstring); every option has a default."""
+    """The ``python`` tool (module docstring): its options, each with a default, are the fields
+    of ``SandboxOptions``, given as keyword arguments (as the config gives them) or as one
+    ``SandboxOptions``; the tool, its pool and its processes read ``self.options``."""
 
-    def __init__(
-        self,
-        *,
-        wall_time_s: float = 10.0,
-        cpu_time_s: float = 10.0,
-        memory_mb: int = 1024,
-        processes: int = 32,
-        file_size_mb: int = 64,
-        open_files: int = 256,
-        max_output_bytes: int = 8192,
-        workdir_mb: int = 128,
-        max_code_chars: int = 20000,
-        max_interpreters: int = 16,
-        queue_timeout_s: float = 60.0,
-        start_timeout_s: float = 20.0,
-        isolation: str = "auto",
-        allow_unisolated: bool = False,
-        python: str | None = None,
-        work_root: str | None = None,
-        uid_base: int = DEFAULT_UID_BASE,
-        uid_count: int = 4096,
-        uid_lock_dir: str | None = None,
-        timeout_s: float | None = None,
-        name: str = "python",
-        description: str = DESCRIPTION,
-    ) -> None:
-        self.limits = SandboxLimits(
-            wall_time_s,
-            cpu_time_s,
-            memory_mb,
-            processes,
-            file_size_mb,
-            open_files,
-            max_output_bytes,
-            workdir_mb,
-        )
-        self.queue_timeout_s, self.start_timeout_s = float(queue_timeout_s), float(start_timeout_s)
-        chosen = choose_isolation(isolation, allow_unisolated)
+    options_class = SandboxOptions  # the options it takes (rules.check_options reads them)
+
+    def __init__(self, options: SandboxOptions | None = None, /, **fields: Any) -> None:
+        if options is None:
+            check_options(type(self), fields, WHERE)
+            options = SandboxOptions(**fields)
+        elif fields:
+            raise TypeError(f"{WHERE}: give a SandboxOptions or its fields as keywords, not both")
+        self.options = options
+        self.limits = options.limits
+        chosen = choose_isolation(options.isolation, options.allow_unisolated)
         self.isolation, self.isolation_detail = chosen.level, chosen.detail
-        self.python = python_of(python)
-        self.work_root = prepare_work_root(work_root or os.path.join(tempfile.gettempdir(), "agentrl-python"))
-        lock_dir = uid_lock_dir or os.path.join(
-            "/run" if os.path.isdir("/run") else tempfile.gettempdir(), "agentrl-python-uids"
-        )
-        self.pool = InterpreterPool(max_interpreters, lock_dir, uid_base, uid_count)
-        sandbox_uid = uid_base if self.pool.as_root else os.geteuid()
+        self.python = python_of(options.python)
+        self.work_root = prepare_work_root(options.work_root_or_default)
+        self.pool = InterpreterPool(options)
+        sandbox_uid = options.uid_base if self.pool.as_root else os.geteuid()
         paths = interpreter_paths(self.python)
         self._check_reachable(paths, sandbox_uid)
-        self._plan = mount_plan(paths, sandbox_uid, self.work_root)
-        self.timeout_s = float(timeout_s or self.queue_timeout_s + self.start_timeout_s + wall_time_s + 10)
+        plan = mount_plan(paths, sandbox_uid, self.work_root)
+        self.setup = SandboxSetup(self.isolation, self.python, self.work_root, self.limits, plan)
+        self.timeout_s = options.tool_timeout_s
         self.spec = ToolSpec(
-            name,
-            description,
+            options.name,
+            options.description,
             {
                 "type": "object",
                 "properties": {
-                    "code": {"type": "string", "description": "Python code", "maxLength": max_code_chars}
+                    "code": {
+                        "type": "string",
+                        "description": "Python code",
+                        "maxLength": options.max_code_chars,
+                    }
                 },
                 "required": ["code"],
                 "additionalProperties": False,
             },
         )
-        self.tag = name
+        self.tag = options.name
         self._sessions: set[PythonSession] = set()
         self._names = itertools.count()
         self._lock = threading.Lock()
@@ -233,17 +218,7 @@ class PythonSandboxTool:
             workdir, host_dir = os.path.join(self.work_root, f"s{os.getpid()}-{next(self._names)}"), None
         else:
             workdir = host_dir = make_workdir(self.work_root, user)
-        command = launch(
-            self.isolation,
-            python=self.python,
-            workdir=workdir,
-            work_root=self.work_root,
-            user=user,
-            limits=self.limits,
-            plan=self._plan,
-        )
-        max_reply = 18 * self.limits.max_output_bytes + (1 << 20)  # three texts, JSON-escaped
-        return SandboxProcess(command, host_dir, slot.uid, max_reply)
+        return SandboxProcess(launch(self.setup, workdir, user), host_dir, slot.uid, self.limits)
 
 
 class PythonSession:
@@ -303,7 +278,7 @@ class PythonSession:
             return self._process
         if self._slot is None:
             try:
-                slot = self.tool.pool.acquire(self.tool.queue_timeout_s)
+                slot = self.tool.pool.acquire(self.tool.options.queue_timeout_s)
             except PoolTimeout as exc:
                 raise ToolError(f"python sandbox: {exc}") from None
             with self._state:
@@ -320,7 +295,7 @@ class PythonSession:
             except SandboxStartError as exc:
                 raise ToolError(f"python sandbox: {exc}") from None
         try:
-            process.wait_ready(self.tool.start_timeout_s)
+            process.wait_ready(self.tool.options.start_timeout_s)
         except SandboxStartError as exc:
             with self._state:
                 self._process = None
