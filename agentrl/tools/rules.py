@@ -11,9 +11,9 @@
 * **Unique tags and names.** ``Claims`` records which tool holds each tag and each name, so
   that two tools never share one; each caller words the clash in its own terms.
 
-Callers: the registry (``registry.py``), the driver's pre-flight check (``check.py``), the
-tools' own constructors, and the rollout's dispatcher. This module imports nothing of the
-project, so any of them may import it.
+Callers: the registry (``registry.py``), the driver's pre-flight check (``check.py``) and the
+tools' own constructors. This module imports nothing of the project, so anything that builds or
+runs tools may import it.
 """
 
 from __future__ import annotations
