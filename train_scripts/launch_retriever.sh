@@ -5,7 +5,8 @@
 #   train_scripts/launch_retriever.sh [extra retriever.server args...]
 #
 # Environment (defaults in brackets):
-#   CORPUS        jsonl corpus {"id","contents"}            [../shared/data/corpus/wiki_mini.jsonl]
+#   CORPUS        jsonl corpus, one {"id","contents"} passage a line  [none: needed to build an index;
+#                 `python data/make_world.py --out runs/world` makes a small one, runs/world/corpus.jsonl]
 #   INDEX_DIR     index directory (built if missing)        [indexes/wiki_mini]
 #   BACKENDS      backends to build, space separated        [bm25]   e.g. "bm25 dense" for hybrid
 #   SERVE_BACKEND backend to serve: auto|dense|bm25|hybrid|pyserini  [auto: hybrid if both are built]
@@ -24,7 +25,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CORPUS=${CORPUS:-../shared/data/corpus/wiki_mini.jsonl}
 INDEX_DIR=${INDEX_DIR:-indexes/wiki_mini}
 BACKENDS=${BACKENDS:-bm25}
 SERVE_BACKEND=${SERVE_BACKEND:-auto}
@@ -36,6 +36,23 @@ if [[ -z "${PYTHON:-}" ]]; then
 fi
 export HF_HUB_OFFLINE=1
 
+need_corpus() {  # building backend $1 reads CORPUS: stop with what to set when it is missing
+  if [[ -z "${CORPUS:-}" ]]; then
+    cat >&2 <<EOF
+error: CORPUS is not set: building the $1 index in $INDEX_DIR needs the corpus to index
+  Set CORPUS to the jsonl corpus to index, one passage a line: {"id": "...", "contents": "\"Title\"\ntext"}
+  (the wiki-18 layout of Search-R1 and FlashRAG). The project builds a small one of its own:
+    python data/make_world.py --out runs/world --seed 0
+    CORPUS=runs/world/corpus.jsonl INDEX_DIR=indexes/world train_scripts/launch_retriever.sh
+EOF
+    exit 2
+  fi
+  if [[ ! -f "$CORPUS" ]]; then
+    echo "error: CORPUS=$CORPUS is not a file (a jsonl corpus, one {\"id\", \"contents\"} passage a line; a relative path starts at the repository root)" >&2
+    exit 2
+  fi
+}
+
 built() {  # is backend $1 recorded in the index manifest?
   "$PYTHON" -c 'import sys; from retriever.index import read_manifest; sys.exit(0 if sys.argv[2] in read_manifest(sys.argv[1])["backends"] else 1)' "$INDEX_DIR" "$1"
 }
@@ -45,6 +62,7 @@ for backend in $BACKENDS; do
     echo "[launch_retriever] $backend index present in $INDEX_DIR" >&2
     continue
   fi
+  if [[ "$backend" != pyserini ]]; then need_corpus "$backend"; fi
   echo "[launch_retriever] building $backend index in $INDEX_DIR" >&2
   args=(--backend "$backend" --out "$INDEX_DIR")
   case "$backend" in
