@@ -1,7 +1,7 @@
 """Generated tokens per second of the HF and vLLM engines at a few batch sizes.
 
     python -m benchmarks.engine_throughput                       # tiny model, both engines
-    python -m benchmarks.engine_throughput --model /tmp/smollm2  # a converted real model
+    python -m benchmarks.engine_throughput --model MODEL_DIR     # a converted real model
     python -m benchmarks.engine_throughput --engines hf --batch-sizes 8,64
 
 Each engine gets one warm-up batch, then ``--repeats`` timed ``generate_batch`` calls

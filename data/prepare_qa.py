@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Convert a QA jsonl file into Search-R1-style training rows (parquet or jsonl).
 
-    python data/prepare_qa.py --input ../shared/data/nq/test.jsonl --source nq \\
+    python data/prepare_qa.py --input DATA_DIR/nq/test.jsonl --source nq \\
         --split test --out runs/data/nq_test.parquet [--limit 500 --seed 0]
 
 Input lines: {"id", "question", "golden_answers": [str, ...], ...}. A bad line stops the

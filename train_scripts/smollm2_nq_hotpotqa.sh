@@ -7,7 +7,8 @@
 #
 # DATA_DIR (required) holds the QA files and corpus in the FlashRAG / Search-R1 layout: nq/test.jsonl,
 # nq/dev_efficientqa.jsonl, hotpotqa/dev.jsonl, hotpotqa/dev_with_context.jsonl, triviaqa/test.jsonl,
-# popqa/test_sample1000.jsonl and corpus/wiki_mini.jsonl (see docs/results.md for sources).
+# popqa/test_sample1000.jsonl and corpus/wiki_mini.jsonl (data/README.md names the NQ and HotpotQA
+# files' sources).
 # Resumable: every phase writes OUT/phases/<phase>.json when it ends and is skipped on a rerun;
 # the RL phases also resume from their last checkpoint. Extra arguments go to the recipe
 # (e.g. --only split demos sft, or --profile tiny for the test-sized run).
@@ -17,7 +18,7 @@ if [[ -z "${DATA_DIR:-}" ]]; then
   cat >&2 <<'EOF'
 error: DATA_DIR is not set: set it to the folder of QA files and corpus in the FlashRAG / Search-R1 layout
   (nq/test.jsonl, nq/dev_efficientqa.jsonl, hotpotqa/dev.jsonl, hotpotqa/dev_with_context.jsonl,
-  triviaqa/test.jsonl, popqa/test_sample1000.jsonl, corpus/wiki_mini.jsonl; docs/results.md lists their sources)
+  triviaqa/test.jsonl, popqa/test_sample1000.jsonl, corpus/wiki_mini.jsonl; data/README.md names the NQ and HotpotQA files' sources)
 EOF
   exit 2
 fi

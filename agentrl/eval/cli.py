@@ -1,7 +1,7 @@
 """Command line of the evaluation harness (``python -m agentrl.eval`` / ``train_scripts/evaluate.sh``).
 
     python -m agentrl.eval --model runs/x/checkpoints/step_100 \\
-        --data nq=../shared/data/nq/test.jsonl --data hotpotqa=../shared/data/hotpotqa/dev.jsonl \\
+        --data nq=DATA_DIR/nq/test.jsonl --data hotpotqa=DATA_DIR/hotpotqa/dev.jsonl \\
         --require hotpotqa=all_supporting_in_corpus --limit 200 \\
         --mode direct rag agent --retriever-url http://127.0.0.1:8000/retrieve --out runs/x/eval
 

@@ -16,7 +16,7 @@ training pool (never from the held-out sets): tune on it, not on the table's que
 
 CLI::
 
-    python -m agentrl.recipes.split --data-dir ../shared/data --out runs/smollm2/data
+    python -m agentrl.recipes.split --data-dir DATA_DIR --out runs/smollm2/data
 """
 
 from __future__ import annotations
