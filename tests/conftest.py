@@ -8,6 +8,7 @@ why, on a machine that does not have them; CI has them.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +75,21 @@ def retriever_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def dead_url() -> str:
     """A loopback port nobody listens on."""
     return f"http://127.0.0.1:{free_port()}/retrieve"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_ray_after_the_module() -> Iterator[None]:
+    """Each test module leaves no local Ray cluster behind (``support.local_ray``)."""
+    yield
+    if "ray" in sys.modules:
+        from support.local_ray import no_ray
+
+        no_ray()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> None:
+    """A local Ray cluster of 4 CPUs for the module's tests (``support.local_ray``)."""
+    from support.local_ray import local_ray
+
+    local_ray()

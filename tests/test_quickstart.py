@@ -14,7 +14,6 @@ import socket
 from urllib.parse import urlparse
 
 import pytest
-import ray
 
 from agentrl.config.schema import ExperimentConfig, ToolConfig
 from agentrl.data.world import generate_world
@@ -32,13 +31,6 @@ from agentrl.quickstart import (
 )
 from agentrl.quickstart.profiles import PROFILE_DIR
 from agentrl.recipes.profiles import ProfileError, load_profile
-
-
-@pytest.fixture(autouse=True)
-def no_ray_left_behind():
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
 
 
 def _finite(tree: dict) -> bool:

@@ -230,16 +230,10 @@ def test_the_gain_is_paired_per_question_and_per_kind_with_its_bootstrap_interva
 @pytest.mark.slow
 def test_the_two_tool_short_profile_runs_end_to_end(tmp_path):
     """The smoke run (~1 min on 2 cores): every phase, hermes with both tools, the per-kind report."""
-    import ray
-
     from agentrl.quickstart import PHASES, run_quickstart
 
     out = tmp_path / "qs"
-    try:
-        result = run_quickstart(out, TWO_TOOL_SHORT, seed=0)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
+    result = run_quickstart(out, TWO_TOOL_SHORT, seed=0)  # the module leaves no Ray behind (conftest)
     assert list(result.seconds) == list(PHASES)
     for evaluation in (result.before, result.after):
         assert {"all", "calls/search", "calls/calculate"} <= set(evaluation) | set(evaluation["all"])

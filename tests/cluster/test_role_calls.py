@@ -41,13 +41,13 @@ def sites(n: int) -> list[RankSite]:
     return [RankSite(r, node, f"10.0.0.{r}") for r in range(n)]
 
 
-def test_results_come_back_in_rank_order(local_ray):
+def test_results_come_back_in_rank_order(ray_cluster):
     ranks = [Rank.remote(r) for r in range(3)]
     refs = [ranks[2].value.remote(0.3), ranks[0].value.remote(0.0), ranks[1].value.remote(0.1)]
     assert gather(refs, sites(3), "actor", "value", CallPolicy()) == [2, 0, 1]
 
 
-def test_a_rank_whose_actor_dies_is_named_even_when_its_peer_raised_first(local_ray):
+def test_a_rank_whose_actor_dies_is_named_even_when_its_peer_raised_first(ray_cluster):
     ranks = [Rank.remote(r) for r in range(2)]
     watch = NodeWatch(node_timeout_s=5.0)
     # rank 0's "collective" fails on the lost connection before Ray reports rank 1's death
@@ -64,7 +64,7 @@ def test_a_rank_whose_actor_dies_is_named_even_when_its_peer_raised_first(local_
     assert not failure.node_lost, "only the process died: its node still answers, a restart may use it"
 
 
-def test_a_lost_rank_ready_in_the_same_poll_as_its_peers_error_is_still_the_failure(local_ray):
+def test_a_lost_rank_ready_in_the_same_poll_as_its_peers_error_is_still_the_failure(ray_cluster):
     ranks = [Rank.remote(r) for r in range(2)]
     ray.kill(ranks[1])
     refs = [ranks[0].fail.remote("Connection closed by peer"), ranks[1].value.remote(0.0)]
@@ -73,14 +73,14 @@ def test_a_lost_rank_ready_in_the_same_poll_as_its_peers_error_is_still_the_fail
         gather(refs, sites(2), "actor", "update_actor", CallPolicy(NodeWatch(node_timeout_s=2.0)))
 
 
-def test_an_error_the_method_raises_is_not_taken_for_a_lost_node(local_ray):
+def test_an_error_the_method_raises_is_not_taken_for_a_lost_node(ray_cluster):
     ranks = [Rank.remote(r) for r in range(2)]
     refs = [ranks[0].fail.remote("loss is nan"), ranks[1].fail.remote("loss is nan")]
     with pytest.raises(ray.exceptions.RayTaskError, match="loss is nan"):
         gather(refs, sites(2), "actor", "update_actor", CallPolicy(NodeWatch(node_timeout_s=2.0)))
 
 
-def test_a_call_past_its_deadline_names_the_first_rank_still_running(local_ray):
+def test_a_call_past_its_deadline_names_the_first_rank_still_running(ray_cluster):
     ranks = [Rank.remote(r) for r in range(2)]
     ray.get([rank.value.remote() for rank in ranks])  # both started: only rank 1's call is slow
     refs = [ranks[0].value.remote(0.0), ranks[1].value.remote(20.0)]
@@ -91,7 +91,7 @@ def test_a_call_past_its_deadline_names_the_first_rank_still_running(local_ray):
     ray.kill(ranks[1])
 
 
-def test_a_node_whose_watch_stops_answering_is_lost_after_the_node_timeout(local_ray):
+def test_a_node_whose_watch_stops_answering_is_lost_after_the_node_timeout(ray_cluster):
     node = ray.get_runtime_context().get_node_id()
     watch = NodeWatch(node_timeout_s=2.0)
     watch.add({node})
@@ -115,7 +115,7 @@ def test_a_node_whose_watch_stops_answering_is_lost_after_the_node_timeout(local
         watch.shutdown()
 
 
-def test_a_node_whose_watch_died_does_not_answer_and_one_alive_does(local_ray):
+def test_a_node_whose_watch_died_does_not_answer_and_one_alive_does(ray_cluster):
     node = ray.get_runtime_context().get_node_id()
     watch = NodeWatch(node_timeout_s=2.0)
     watch.add({node})

@@ -36,7 +36,7 @@ class Meeting:
         return "hello"
 
 
-def test_two_groups_are_constructed_together_and_answer_once_waited_for(local_ray, tmp_path):
+def test_two_groups_are_constructed_together_and_answer_once_waited_for(ray_cluster, tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     first = WorkerGroup(Meeting, (a, b), num_cpus=0, name="first")
     second = WorkerGroup(Meeting, (b, a), num_cpus=0, name="second")
@@ -61,7 +61,7 @@ class Broken:
 
 
 def test_the_first_constructor_to_fail_is_raised_at_once_naming_its_role_not_as_a_lost_node(
-    local_ray, tmp_path
+    ray_cluster, tmp_path
 ):
     # the first group waits 30 s for a file nobody writes; waited on in order, its own timeout
     # would come first. A constructor's error is the user's to fix, not a node for a restart to avoid.
@@ -80,7 +80,7 @@ def test_the_first_constructor_to_fail_is_raised_at_once_naming_its_role_not_as_
         broken.kill()
 
 
-def test_calling_a_group_before_it_has_started_is_refused(local_ray, tmp_path):
+def test_calling_a_group_before_it_has_started_is_refused(ray_cluster, tmp_path):
     waiting = WorkerGroup(Meeting, (str(tmp_path / "c"), str(tmp_path / "c")), num_cpus=0, name="critic")
     try:
         with pytest.raises(RuntimeError, match=r"critic: call wait_started\(\) before calling its ranks"):

@@ -114,14 +114,3 @@ def make_server(tmp_path: Path) -> Iterator:
     yield make
     for server in started:
         server.stop(signal.SIGKILL)
-
-
-# Fixtures over the shared 34k-passage corpus: indexing it (BM25 in seconds, MiniLM in tens
-# of seconds) and serving it make every test that uses them slow.
-SLOW_FIXTURES = {"subset_index", "bm25_index", "bm25_server", "make_server"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)

@@ -49,6 +49,7 @@ def top_ids(backend, questions: list[str], k: int = 5) -> list[list[str]]:
     return [[h.doc_id for h in hits] for hits in backend.search(questions, k)]
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_onnx_int8_encoder_returns_the_same_top_k_as_transformers(subset_index) -> None:
     questions = [q["question"] for q in subset_index.questions]
     ref = open_backend(subset_index.index_dir, "dense")
@@ -109,6 +110,7 @@ def test_the_server_cli_takes_every_query_encoder_and_refuses_others(capsys) -> 
     assert "--query-encoder" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_the_server_answers_with_the_onnx_int8_encoder(subset_index, make_server) -> None:
     question = subset_index.questions[0]["question"]
     server = make_server(subset_index.index_dir, "--backend", "dense", "--query-encoder", "onnx-int8")

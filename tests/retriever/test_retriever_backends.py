@@ -20,6 +20,7 @@ def _check_ranked(hits: list[Hit], k: int) -> None:
     assert len({h.doc_id for h in hits}) == k
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_bm25_finds_the_gold_passage(bm25_index: Path) -> None:
     backend = open_backend(bm25_index, "bm25")
     assert backend.name == "bm25" and len(backend) == 34624
@@ -30,6 +31,7 @@ def test_bm25_finds_the_gold_passage(bm25_index: Path) -> None:
     assert backend.search([], 5) == []
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_dense_and_hybrid_on_subset(subset_index) -> None:
     q = subset_index.questions[0]
     dense = open_backend(subset_index.index_dir, "dense")
@@ -47,6 +49,7 @@ def test_dense_and_hybrid_on_subset(subset_index) -> None:
     assert {h.doc_id for h in fused} <= bm25_ids | dense_ids
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_missing_backend_is_named(bm25_index: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"needs \['dense'\]"):
         resolve_backend_name(bm25_index, "hybrid")
@@ -156,6 +159,7 @@ def test_cross_encoder_scores_each_query_only_against_its_own_candidates(tiny_cr
         rr.rerank(queries, cands[:1], k=2)
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_reranked_backend_via_open_backend(subset_index, tiny_cross_encoder: Path) -> None:
     backend = open_backend(
         subset_index.index_dir, "bm25", BackendOptions(rerank_model=str(tiny_cross_encoder), rerank_depth=8)
@@ -168,12 +172,14 @@ def test_reranked_backend_via_open_backend(subset_index, tiny_cross_encoder: Pat
     assert {h.doc_id for h in hits} <= first
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_dense_index_config_records_encoder(subset_index) -> None:
     cfg = json.loads((subset_index.index_dir / "dense" / "config.json").read_text())
     assert cfg["dim"] == 384 and cfg["index_type"] == "flat" and cfg["encoder"]["normalize"] is True
     assert cfg["num_passages"] == len(DocStore(subset_index.index_dir))
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_hnsw_dense_index_matches_flat_on_a_tiny_corpus(tmp_path: Path, subset_index) -> None:
     from retriever.build_index import main as build_main
 

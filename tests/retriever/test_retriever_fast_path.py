@@ -64,6 +64,7 @@ def nq_questions(shared_data: Path) -> list[str]:
     return [q["question"] for q in load_questions(shared_data / "nq" / "test.jsonl")]
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_query_tokenizer_gives_bm25s_token_ids_on_1500_nq_questions(
     bm25_index: Path, nq_questions: list[str]
 ) -> None:
@@ -73,6 +74,7 @@ def test_query_tokenizer_gives_bm25s_token_ids_on_1500_nq_questions(
     assert len(queries) > 1500 and mismatched == []
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_bm25_search_returns_the_ids_and_scores_of_the_bm25s_path(
     bm25_index: Path, nq_questions: list[str]
 ) -> None:
@@ -148,6 +150,7 @@ async def _serve_three_queries(backend: _ThreadRecorder) -> list[list[dict]]:
     ("inline_ok", "thread_prefix"),
     [(True, "MainThread"), (False, "retriever-search"), (None, "retriever-search")],
 )
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_only_backends_that_declare_inline_ok_are_searched_on_the_event_loop(
     bm25_index: Path, inline_ok: bool | None, thread_prefix: str
 ) -> None:
@@ -160,6 +163,7 @@ def test_only_backends_that_declare_inline_ok_are_searched_on_the_event_loop(
     assert BM25Backend.inline_ok is True
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_a_corpus_past_the_inline_limit_keeps_bm25_off_the_event_loop(
     bm25_index: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -39,6 +39,7 @@ def _recall(backend, questions: list[dict]) -> dict[int, float]:
     return recall_at_k(ranks, [1, 3, 5])
 
 
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_bm25_recall_floor_nq_sample(bm25_index, shared_data) -> None:
     questions = load_questions(shared_data / "nq" / "test.jsonl", sample=300, seed=0)
     r = _recall(open_backend(bm25_index, "bm25"), questions)
@@ -49,6 +50,7 @@ def test_bm25_recall_floor_nq_sample(bm25_index, shared_data) -> None:
 @pytest.mark.parametrize(
     ("backend", "floors"), [("dense", DENSE_SUBSET_FLOORS), ("hybrid", HYBRID_SUBSET_FLOORS)]
 )
+@pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_dense_and_hybrid_recall_floor_on_subset(
     subset_index, backend: str, floors: dict[int, float]
 ) -> None:

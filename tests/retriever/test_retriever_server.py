@@ -20,6 +20,8 @@ from retriever.index import open_backend
 from retriever.process import RetrieverProcess
 from retriever.server import RetrieverService, create_app
 
+pytestmark = pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
+
 
 def _post(url: str, body: bytes | dict, timeout: float = 10) -> tuple[int, dict]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()

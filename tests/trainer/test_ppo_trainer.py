@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 from safetensors.torch import load_file
+from support.local_ray import local_ray, no_ray
 from support.ppo_runs import CRITIC_METRICS, REQUIRED_METRICS, read_metrics, run
 
 from agentrl.config import load_config
@@ -26,13 +26,6 @@ from agentrl.trainer.tracking import CONSOLE_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # real Ray clusters, a retriever server and training steps
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
 
 
 def test_ppo_three_steps_logs_finite_metrics_and_trains_only_the_actor(search_world, tmp_path):
@@ -80,7 +73,7 @@ def strategy(request) -> dict:
 @pytest.fixture(scope="module")
 def straight(search_world, tmp_path_factory, strategy) -> Path:
     """The uninterrupted 3-step run of ``strategy``, trained once for both resume tests."""
-    ray.shutdown()
+    no_ray()
     run_dir = tmp_path_factory.mktemp("straight") / "run"
     run("ppo", search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy))
     return run_dir
@@ -106,7 +99,7 @@ def _as_after_step_2(straight: Path, to: Path) -> Path:
 def test_resume_from_the_second_checkpoint_reproduces_the_uninterrupted_third_step(
     search_world, tmp_path, strategy, straight
 ):
-    ray.shutdown()
+    no_ray()
     resumed = _as_after_step_2(straight, tmp_path / "resumed")
     assert CheckpointManager(resumed).latest().name == "step_2"
     run("ppo", search_world.overrides(resumed, steps=3, **CHECKPOINTED, **strategy))  # resume_mode=auto
@@ -138,7 +131,7 @@ def test_resume_from_the_second_checkpoint_reproduces_the_uninterrupted_third_st
 def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(
     search_world, tmp_path, strategy, straight
 ):
-    ray.shutdown()
+    no_ray()
     run_dir = tmp_path / "killed"
     args = search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -180,7 +173,7 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(
 
 def test_data_parallel_actor_keeps_replicas_identical(search_world, tmp_path):
     run_dir = tmp_path / "dp"
-    ray.shutdown()  # the earlier tests' local cluster is sized for one worker per role
+    no_ray()  # the earlier tests' local cluster is sized for one worker per role: the run sizes its own
     trainer = PPOTrainer(
         load_config(
             "grpo",
@@ -225,21 +218,19 @@ def test_bad_config_stops_before_ray_starts(search_world, tmp_path, override, me
 
 
 def test_a_cluster_too_small_for_the_roles_is_a_clear_error_not_a_hang(search_world, tmp_path):
-    ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False)
+    local_ray(num_cpus=2)
     try:
         trainer = PPOTrainer(load_config("ppo", search_world.overrides(tmp_path / "small")))
         with pytest.raises(RuntimeError, match=r"has 2 CPUs and 0 GPUs; the split placement needs 3\.5 CPUs"):
             trainer.init_workers()
     finally:
-        ray.shutdown()
+        no_ray()
 
 
 def test_a_placement_asking_for_more_gpus_than_the_cluster_has_fails_before_any_worker_starts(
     search_world, tmp_path
 ):
-    ray.shutdown()
-    ray.init(num_cpus=8, num_gpus=1, include_dashboard=False)
+    local_ray(num_cpus=8, num_gpus=1)
     try:
         trainer = PPOTrainer(
             load_config(
@@ -254,17 +245,16 @@ def test_a_placement_asking_for_more_gpus_than_the_cluster_has_fails_before_any_
         assert time.monotonic() - started < 10
         assert trainer.roles is None, "no worker group may have started"
     finally:
-        ray.shutdown()
+        no_ray()
 
 
 def test_colocated_roles_share_the_gpu_of_each_rank_and_train(search_world, tmp_path):
     """Actor, reference and critic on one (logical) GPU: a cluster too small for split placement."""
-    ray.shutdown()
-    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False)
+    local_ray(num_cpus=4, num_gpus=1)
     run_dir = tmp_path / "colocated"
     overrides = {"resources.num_gpus_per_worker": 1, "resources.placement": "colocated"}
     try:
         _, before, after = run("ppo", search_world.overrides(run_dir, steps=1, **overrides))
         assert after["actor"] != before["actor"] and len(read_metrics(run_dir)) == 1
     finally:
-        ray.shutdown()
+        no_ray()
