@@ -27,9 +27,6 @@ from agentrl.data.world import Question, generate_world, oracle_text, oracle_tra
 from agentrl.rewards import extract_answer, normalize_answer, score_batch
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path("/work/shared/data")
-NQ = SHARED / "nq" / "test.jsonl"
-needs_shared = pytest.mark.skipif(not NQ.is_file(), reason="shared data not present")
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -39,11 +36,9 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def nq_slice(tmp_path: Path) -> Path:
-    if not NQ.is_file():
-        pytest.skip("shared data not present")
+def nq_slice(tmp_path: Path, shared_data: Path) -> Path:
     path = tmp_path / "nq_slice.jsonl"
-    with NQ.open(encoding="utf-8") as f:
+    with (shared_data / "nq" / "test.jsonl").open(encoding="utf-8") as f:
         path.write_text("".join(islice(f, 200)), encoding="utf-8")
     return path
 
@@ -194,9 +189,10 @@ def test_split_groups_normalised_duplicates() -> None:
         assert not keys_train & {normalize_answer(r["question"]) for r in test}
 
 
-@needs_shared
-def test_merged_nq_hotpotqa_split(tmp_path: Path) -> None:
-    proc = _run("make_nq_hotpotqa.py", "--out", str(tmp_path / "m"), "--seed", "3")
+def test_merged_nq_hotpotqa_split(tmp_path: Path, shared_data: Path) -> None:
+    proc = _run(
+        "make_nq_hotpotqa.py", "--out", str(tmp_path / "m"), "--shared", str(shared_data), "--seed", "3"
+    )
     assert proc.returncode == 0, proc.stderr
     train, test = (
         load_qa_rows(tmp_path / "m" / "train.parquet"),
