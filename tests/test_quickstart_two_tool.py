@@ -79,7 +79,7 @@ def test_the_default_profiles_get_the_overrides_texts_rows_and_report_fields_the
 def test_a_profile_offers_the_calculator_only_in_hermes():
     with pytest.raises(ValueError, match="calculator needs tool_format: hermes"):
         dialect_of("tags", True)
-    with pytest.raises(ValueError, match="'tags' or 'hermes'"):
+    with pytest.raises(ValueError, match=r"tool_format must be one of \['hermes', 'tags'\], got 'json'"):
         dialect_of("json", False)
 
 

@@ -206,7 +206,7 @@ class LLMGenerationManager:
         """
         if prompt.messages is not None:
             return replace(prompt, prompt_ids=self.format.prompt_ids(list(prompt.messages), self.specs))
-        if self.format.name != "tags":
+        if self.format.traits.prompt_from_messages:
             raise ValueError(
                 f"actor.rollout.tool_format={self.format.name} renders each prompt from its chat messages "
                 "with the tools' schemas, but a PromptSpec came without messages; build prompts with "

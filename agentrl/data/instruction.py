@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentrl.tool_identity import FORMAT_TRAITS, TAGS, FormatTraits
+
 __all__ = [
     "DEFAULT_TOOLS",
     "SEARCH_TOOL",
@@ -102,14 +104,20 @@ def tool_prompt(tool: Any) -> ToolPrompt:
     return ToolPrompt(tool.tag, description, argument, search_r1=_is_search_tool(raw))
 
 
-def instruction_template(tools: Sequence[ToolPrompt] = DEFAULT_TOOLS, tool_format: str = "tags") -> str:
-    """The instruction for ``tools`` in ``tool_format``: a format string with one field, ``{question}``."""
-    if tool_format == "hermes":
+def instruction_template(
+    tools: Sequence[ToolPrompt] = DEFAULT_TOOLS, tool_format: FormatTraits | str = TAGS
+) -> str:
+    """The instruction for ``tools`` in ``tool_format`` (its traits, or ``actor.rollout.tool_format``):
+    a format string with one field, ``{question}``. A format whose instruction lists the tools gets
+    a sentence per tool; else the chat template shows their schemas and the instruction says so."""
+    if isinstance(tool_format, str):
+        if tool_format not in FORMAT_TRAITS:
+            raise ValueError(f"tool_format must be one of {sorted(FORMAT_TRAITS)}, got {tool_format!r}")
+        tool_format = FORMAT_TRAITS[tool_format]
+    if not tool_format.instruction_lists_tools:
         middle = _HERMES if tools else ""
-    elif tool_format == "tags":
+    else:
         middle = "".join(t.sentence() for t in tools)
         if any(not t.search_r1 for t in tools):
             middle += _GENERIC_REPEAT
-    else:
-        raise ValueError(f"tool_format must be 'tags' or 'hermes', got {tool_format!r}")
     return _OPENING + middle + _CLOSING

@@ -143,7 +143,7 @@ def _prompts_of(
 
     records = [q.to_json() for q in questions]
     rows_file = write_rows(hop_rows(records, "sft", dialect.instruction), out / "sft_questions.jsonl")
-    encode = prompt_encoder(config.actor.rollout, tokenizer) if dialect.name != "tags" else None
+    encode = prompt_encoder(config.actor.rollout, tokenizer) if dialect.format.prompt_from_messages else None
     limit = config.data.max_prompt_length
     prompts = build_prompt_dataset([str(rows_file)], tokenizer, limit, "sft", encode).prompts
     if len(prompts) != len(questions):

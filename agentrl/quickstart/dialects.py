@@ -14,8 +14,9 @@ overrides, the prompt's instruction, the scripted demonstrations, the tokenizer'
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from agentrl.data.instruction import DEFAULT_TOOLS, ToolPrompt, instruction_template
 from agentrl.data.qa import INSTRUCTION_TEMPLATE, make_prompt
@@ -28,8 +29,20 @@ from agentrl.data.world import (
     hermes_oracle_trajectory,
     oracle_trajectory,
 )
+from agentrl.tool_identity import HERMES as HERMES_FORMAT
+from agentrl.tool_identity import TAGS as TAGS_FORMAT
+from agentrl.tool_identity import FormatTraits
 
-__all__ = ["CALCULATOR_TOOL", "SEARCH_TOOL", "TAGS", "Dialect", "dialect_of"]
+__all__ = [
+    "CALCULATOR_TOOL",
+    "DIALECTS",
+    "SEARCH_TOOL",
+    "TAGS",
+    "Dialect",
+    "HermesDialect",
+    "TagsDialect",
+    "dialect_of",
+]
 
 SEARCH_TOOL = "agentrl.tools.retrieval.SearchTool"
 CALCULATOR_TOOL = "agentrl.tools.calculator.CalculatorTool"
@@ -39,16 +52,17 @@ CALCULATE = ("calculate", "expression")
 
 @dataclass(frozen=True)
 class Dialect:
-    """A tool-call format and the tools the quickstart's policy is given (see the module docstring)."""
+    """A tool-call format and the tools the quickstart's policy is given (see the module docstring);
+    one subclass per format, chosen once by :func:`dialect_of`."""
 
-    name: str  # "tags" | "hermes"
+    format: ClassVar[FormatTraits]
     calculator: bool = False
     parallel_searches: bool = True  # hermes: an arithmetic oracle's two searches in one turn
 
     @property
     def tool_call_tokens(self) -> bool:
-        """Whether the tiny tokenizer needs the hermes tags as single tokens."""
-        return self.name == "hermes"
+        """Whether the tiny tokenizer needs the format's call tags as single tokens."""
+        return False
 
     def tools(self, url: str) -> str:
         """``actor.rollout.tools`` as an override value: search at ``url`` (top-1), then the calculator."""
@@ -57,24 +71,73 @@ class Dialect:
         return f"[{search}{calculator}]"
 
     def rollout_overrides(self, url: str) -> dict[str, Any]:
-        """The PPO config's rollout keys this dialect sets (its tools; in hermes, the format and template)."""
-        overrides: dict[str, Any] = {"actor.rollout.tools": self.tools(url)}
-        if self.name == "hermes":
-            overrides |= {"actor.rollout.tool_format": "hermes", "actor.rollout.chat_template": "hermes"}
-        return overrides
+        """The PPO config's rollout keys this dialect sets: its tools (and, off the default, its format)."""
+        return {"actor.rollout.tools": self.tools(url)}
 
     @property
     def instruction(self) -> str:
-        """The user message's template (``{question}``): the default one in tags, hermes' own else."""
-        if self.name == "tags":
-            return INSTRUCTION_TEMPLATE
-        tools = [DEFAULT_TOOLS[0]] + ([ToolPrompt(CALCULATE[0], "", CALCULATE[1])] if self.calculator else [])
-        return instruction_template(tools, "hermes")
+        """The user message's template (``{question}``)."""
+        raise NotImplementedError
 
     def oracle(self, question: Question, end_of_turn: str) -> list[Turn]:
         """The question's ideal solution as scripted turns (``end_of_turn`` ends each hermes turn)."""
-        if self.name == "tags":
-            return oracle_trajectory(question)
+        raise NotImplementedError
+
+    def guess(self, question: Question, guess: str, end_of_turn: str) -> list[Turn]:
+        """A shortcut that answers ``guess`` at once, without a tool call."""
+        raise NotImplementedError
+
+    def render_prompt(self, user: str) -> str:
+        """A user message's text as the policy sees it before its first turn."""
+        return user
+
+    def tokenizer_texts(self, world: World) -> list[str]:
+        """What the BPE learns merges from: passages, the training split's prompts as the policy
+        sees them (in hermes, rendered by the template with the tools' schemas) and oracle turns."""
+        texts = [p["contents"] for p in world.passages]
+        for q in world.train_questions:
+            texts.append(self.render_prompt(make_prompt(q.question, self.instruction)))
+            texts += [t.text for t in self.oracle(q, "")]
+        return texts
+
+
+@dataclass(frozen=True)
+class TagsDialect(Dialect):
+    """Search-R1's tags with one search tool: the default experiment, as it was before dialects."""
+
+    format: ClassVar[FormatTraits] = TAGS_FORMAT
+
+    @property
+    def instruction(self) -> str:
+        return INSTRUCTION_TEMPLATE
+
+    def oracle(self, question: Question, end_of_turn: str) -> list[Turn]:
+        return oracle_trajectory(question)
+
+    def guess(self, question: Question, guess: str, end_of_turn: str) -> list[Turn]:
+        return guess_trajectory(question, guess, searches=0)
+
+
+@dataclass(frozen=True)
+class HermesDialect(Dialect):
+    """JSON calls in ``<tool_call>`` through the project's Hermes-style chat template."""
+
+    format: ClassVar[FormatTraits] = HERMES_FORMAT
+
+    @property
+    def tool_call_tokens(self) -> bool:
+        return True
+
+    def rollout_overrides(self, url: str) -> dict[str, Any]:
+        format_keys = {"actor.rollout.tool_format": self.format.name, "actor.rollout.chat_template": "hermes"}
+        return super().rollout_overrides(url) | format_keys
+
+    @property
+    def instruction(self) -> str:
+        tools = [DEFAULT_TOOLS[0]] + ([ToolPrompt(CALCULATE[0], "", CALCULATE[1])] if self.calculator else [])
+        return instruction_template(tools, self.format)
+
+    def oracle(self, question: Question, end_of_turn: str) -> list[Turn]:
         return hermes_oracle_trajectory(
             question,
             search=SEARCH,
@@ -84,38 +147,29 @@ class Dialect:
         )
 
     def guess(self, question: Question, guess: str, end_of_turn: str) -> list[Turn]:
-        """A shortcut that answers ``guess`` at once, without a tool call."""
-        if self.name == "tags":
-            return guess_trajectory(question, guess, searches=0)
         return hermes_guess_trajectory(question, guess, end_of_turn=end_of_turn)
 
-    def tokenizer_texts(self, world: World) -> list[str]:
-        """What the BPE learns merges from: passages, the training split's prompts as the policy
-        sees them (in hermes, rendered by the template with the tools' schemas) and oracle turns."""
-        texts = [p["contents"] for p in world.passages]
-        render = _hermes_renderer(self) if self.name == "hermes" else None
-        for q in world.train_questions:
-            prompt = make_prompt(q.question, self.instruction)
-            texts.append(prompt if render is None else render(prompt))
-            texts += [t.text for t in self.oracle(q, "")]
-        return texts
+    def render_prompt(self, user: str) -> str:
+        return _hermes_renderer(self.calculator)(user)
 
 
-TAGS = Dialect("tags")
+TAGS = TagsDialect()
+DIALECTS: dict[str, type[Dialect]] = {cls.format.name: cls for cls in (TagsDialect, HermesDialect)}
 
 
 def dialect_of(tool_format: str, calculator: bool, parallel_searches: bool = True) -> Dialect:
     """The dialect a profile names; the calculator only in hermes (the tags oracle never calls it)."""
-    if tool_format not in ("tags", "hermes"):
+    if tool_format not in DIALECTS:
         raise ValueError(
-            f"a quickstart profile's tool_format must be 'tags' or 'hermes', got {tool_format!r}"
+            f"a quickstart profile's tool_format must be one of {sorted(DIALECTS)}, got {tool_format!r}"
         )
-    if calculator and tool_format != "hermes":
+    if calculator and DIALECTS[tool_format] is TagsDialect:
         raise ValueError("a quickstart profile's calculator needs tool_format: hermes")
-    return Dialect(tool_format, calculator, parallel_searches)
+    return DIALECTS[tool_format](calculator, parallel_searches)
 
 
-def _hermes_renderer(dialect: Dialect) -> Any:
+@functools.lru_cache(maxsize=2)  # one per tool set: building it trains a throwaway tokenizer
+def _hermes_renderer(calculator: bool) -> Any:
     """user text → the whole prompt as the Hermes-style template renders it with the tools' schemas.
 
     Rendering needs a tokenizer object only to run the template, so a throwaway one is used:
@@ -127,7 +181,7 @@ def _hermes_renderer(dialect: Dialect) -> Any:
     from agentrl.tools.calculator import CalculatorTool
     from agentrl.tools.retrieval.search import SearchTool
 
-    tools = [SearchTool(topk=1)] + ([CalculatorTool()] if dialect.calculator else [])
+    tools = [SearchTool(topk=1)] + ([CalculatorTool()] if calculator else [])
     schemas = [as_typed(t).spec.to_openai() for t in tools]
     chat = ChatRenderer(train_tokenizer(["agentrl"], 300), HERMES_TEMPLATE)
 

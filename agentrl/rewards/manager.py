@@ -14,8 +14,8 @@ from typing import Any
 
 from agentrl.rewards.registry import DEFAULT_METRIC, resolve_scorer
 from agentrl.rewards.scorers import FormatValues, ScoreInput, Scorer
-from agentrl.rewards.structure import RolloutCalls, names_of_tags
-from agentrl.rewards.tags import DEFAULT_TOOL_TAGS
+from agentrl.rewards.structure import RolloutCalls
+from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
 
 __all__ = ["RewardSettings", "score_batch"]
 
@@ -87,22 +87,17 @@ def score_batch(
     config: Any = None,
     *,
     answers: Sequence[str | None],
-    tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
-    tool_format: str = "tags",
+    tools: ToolIdentity = SEARCH_ONLY,
     rollout_calls: Sequence[RolloutCalls] | None = None,
-    tool_names: Sequence[str] | None = None,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Score every response; return the scores and per-sample metric lists.
 
     ``answers[i]`` is the answer the rollout accepted for response i, or None
-    (``ScoreInput.answer``; the batch field ``answer``). ``tool_tags`` are the run's tool
-    tags (``RunContext.tool_tags``, from ``actor.rollout.tools``): the calls the format
-    check accepts; ``tool_names`` the same tools' names in the same order
-    (``RunContext.tool_names``; None for tag tools, named by their tags), the keys of
-    ``tool_calls/<name>``. ``tool_format`` is the run's
-    tool-call format (``RunContext.tool_format``), which the format check reads in
-    (``agentrl.rewards.structure``); ``rollout_calls[i]`` is the rollout's record of response
-    i's calls, which the ``hermes`` check reads (None in ``tags``, which reads the text).
+    (``ScoreInput.answer``; the batch field ``answer``). ``tools`` is the run's tool identity
+    (``RunContext.tools``): the tags the format check accepts as calls, the names that key
+    ``tool_calls/<name>``, and the call format the check reads in (``agentrl.rewards.structure``);
+    ``rollout_calls[i]`` is the rollout's record of response i's calls, which a format whose calls
+    are not in the text (``hermes``) is checked on (None in ``tags``, which reads the text).
 
     ``metrics[name]`` has one value per sample; a sample whose scorer did not report
     ``name`` (mixed custom scorers) gets NaN there, so averages can use ``nanmean``.
@@ -122,8 +117,6 @@ def score_batch(
             raise ValueError(f"score_batch: {name} has {length} items but responses has {n}")
     settings = RewardSettings.from_config(config)
     values = settings.format_values
-    tags = tuple(tool_tags)
-    names = names_of_tags(tags, tool_names)  # refused here, once, when they do not pair
     cache: dict[str, Scorer] = {}
     scores: list[float] = []
     per_sample: list[dict[str, float]] = []
@@ -144,9 +137,7 @@ def score_batch(
             data_source=source,
             extra_info=(extra_infos[i] or {}) if extra_infos is not None else {},
             answer=answers[i],
-            tool_tags=tags,
-            tool_names=names,
-            tool_format=tool_format,
+            tools=tools,
             rollout_calls=rollout_calls[i] if rollout_calls is not None else None,
         )
         try:

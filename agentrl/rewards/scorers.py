@@ -13,7 +13,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from agentrl.rewards.match import as_gold_list, cover_exact_match, exact_match, f1_score, normalize_answer
 from agentrl.rewards.structure import RolloutCalls, check_format
-from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, extract_answer
+from agentrl.rewards.tags import extract_answer
+from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
 
 __all__ = [
     "MATCH_METRICS",
@@ -49,14 +50,12 @@ class ScoreInput:
     and closed in the next, with an observation in between, was rejected by the rollout
     and earns nothing. (Search-R1 instead takes the last ``<answer>…</answer>`` match in the
     decoded sequence, which accepts such an answer.) For text that did not come from a
-    rollout, ``from_text`` applies that last-match rule explicitly. ``tool_tags`` are the
-    run's tool tags (``actor.rollout.tools``), the calls the tag grammar accepts;
-    ``tool_names`` the same tools' names, in the same order, which key every per-tool count
-    (None: the tags, as for tag tools, whose name is their tag).
-
-    ``tool_format`` is the run's tool-call format (``RunContext.tool_format``): what the
-    format check reads (``agentrl.rewards.structure``): the text under the tag grammar in
-    ``tags``, the rollout's record of the calls (``rollout_calls``) in ``hermes``.
+    rollout, ``from_text`` applies that last-match rule explicitly. ``tools`` is the run's
+    tool identity (``RunContext.tools``): the tags the tag grammar accepts as calls, the tools'
+    names, which key every per-tool count, and the call format, whose traits say what the
+    format check reads (``agentrl.rewards.structure``): the text under the tag grammar when the
+    calls are in the text (``tags``), else the rollout's record of the calls
+    (``rollout_calls``, ``hermes``). ``tool_tags``, ``tool_names`` and ``tool_format`` read it.
     """
 
     response_text: str
@@ -64,10 +63,20 @@ class ScoreInput:
     data_source: str = ""
     extra_info: Mapping[str, Any] = field(default_factory=dict)
     answer: str | None = field(kw_only=True)
-    tool_tags: tuple[str, ...] = field(default=DEFAULT_TOOL_TAGS, kw_only=True)
-    tool_names: tuple[str, ...] | None = field(default=None, kw_only=True)
-    tool_format: str = field(default="tags", kw_only=True)
+    tools: ToolIdentity = field(default=SEARCH_ONLY, kw_only=True)
     rollout_calls: RolloutCalls | None = field(default=None, kw_only=True)
+
+    @property
+    def tool_tags(self) -> tuple[str, ...]:
+        return self.tools.tags
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return self.tools.names
+
+    @property
+    def tool_format(self) -> str:
+        return self.tools.format.name
 
     @classmethod
     def from_text(
@@ -76,20 +85,18 @@ class ScoreInput:
         ground_truth: Mapping[str, Any],
         data_source: str = "",
         extra_info: Mapping[str, Any] | None = None,
-        tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
-        tool_names: Sequence[str] | None = None,
+        tools: ToolIdentity = SEARCH_ONLY,
     ) -> ScoreInput:
         """A response that did not come from a rollout: its answer is the last complete
         ``<answer>…</answer>`` outside retrieved documents (``extract_answer``), its format
-        checked under the tag grammar (a ``hermes`` check needs the rollout's record)."""
+        checked as ``tools``' format reads it (a ``hermes`` check needs the rollout's record)."""
         return cls(
             response_text,
             ground_truth,
             data_source,
             dict(extra_info or {}),
             answer=extract_answer(response_text),
-            tool_tags=tuple(tool_tags),
-            tool_names=None if tool_names is None else tuple(tool_names),
+            tools=tools,
         )
 
 
@@ -128,23 +135,20 @@ def answer_metrics(
     response_text: str,
     answer: str | None,
     golds: Sequence[str],
-    tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
+    tools: ToolIdentity = SEARCH_ONLY,
     *,
-    tool_format: str = "tags",
     rollout_calls: RolloutCalls | None = None,
-    tool_names: Sequence[str] | None = None,
 ) -> dict[str, float]:
     """All per-response metrics the built-in scorers log (floats, so they average).
 
     Match metrics score ``answer`` (the rollout's accepted answer, see ``ScoreInput``); the
-    structure metrics are the format check of ``tool_format`` (``structure.check_format``:
-    the text under the grammar of ``tool_tags`` in ``tags``, ``rollout_calls`` in ``hermes``):
+    structure metrics are the format check in ``tools``' format (``structure.check_format``:
+    the text under the grammar of ``tools.tags`` in ``tags``, ``rollout_calls`` in ``hermes``):
     ``well_formed``, ``retrieval_hit`` (a golden answer in what the tools returned),
-    ``tool_calls/<name>`` for each tool of the run (used or not; ``tool_names``, the tags'
-    tools' names, None for tag tools, whose name is their tag), and ``num_searches`` the
-    ``search`` tool's calls, as it always has.
+    ``tool_calls/<name>`` for each tool of the run (used or not, by ``tools.names``), and
+    ``num_searches`` the ``search`` tool's calls, as it always has.
     """
-    check = check_format(response_text, answer, tool_tags, tool_format, rollout_calls, tool_names)
+    check = check_format(response_text, answer, tools, rollout_calls)
     metrics = {name: (fn(answer, golds) if answer is not None else 0.0) for name, fn in MATCH_METRICS.items()}
     metrics.update(
         has_answer=float(answer is not None),
@@ -162,10 +166,8 @@ def metrics_of(inp: ScoreInput) -> dict[str, float]:
         inp.response_text,
         inp.answer,
         golds_from_ground_truth(inp.ground_truth),
-        inp.tool_tags,
-        tool_format=inp.tool_format,
+        inp.tools,
         rollout_calls=inp.rollout_calls,
-        tool_names=inp.tool_names,
     )
 
 

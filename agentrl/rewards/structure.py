@@ -1,9 +1,11 @@
 """The format check of one response in the run's tool-call format: well formed or not, calls per tool.
 
-The run's tool-call format (``actor.rollout.tool_format``, decided once by the driver and
-passed to the reward role as ``RunContext.tool_format``) decides what is read:
+The run's tool-call format (``actor.rollout.tool_format``, part of the tool identity the driver
+builds once and passes to the reward role as ``RunContext.tools``) decides what is read, by what
+the format does (``tools.format.calls_in_text``), never by its name:
 
-* ``tags`` (Search-R1's): the response text under the tag grammar (``tags.parse_response``):
+* ``tags`` (Search-R1's, whose calls are in the text): the response text under the tag grammar
+  (``tags.parse_response``):
   well formed when it is ``think (CALL information think)* answer``; a tool's calls are its
   complete ``<tag>`` blocks; what the tools returned is the ``<information>`` blocks.
 * ``hermes`` (and any other format: the rule does not depend on the dialect): the rollout's
@@ -19,20 +21,19 @@ The answer is the same in both: the one the rollout accepted (``ScoreInput.answe
 
 Calls are counted per tool by the tool's *name*, in both formats, as the rollout counts them
 (``Trajectory.tool_calls``): the grammar of ``tags`` knows the tools by their tags, so its
-per-tag counts are given the name of the tool each tag calls (``tool_names``; a schema tool's
+per-tag counts are given the name of the tool each tag calls (``tools.names``; a schema tool's
 tag may differ from its name, a tag tool's name is its tag).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agentrl.rewards.tags import DEFAULT_TOOL_TAGS, parse_response
+from agentrl.rewards.tags import parse_response
+from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
 
-__all__ = ["TAGS", "FormatCheck", "RolloutCalls", "check_format", "names_of_tags"]
-
-TAGS = "tags"  # the one format whose check reads the text (agentrl.config.schema.ToolFormat)
+__all__ = ["FormatCheck", "RolloutCalls", "check_format"]
 
 
 @dataclass(frozen=True)
@@ -54,44 +55,25 @@ class FormatCheck:
     information: tuple[str, ...]  # what the tools returned (where retrieval_hit looks)
 
 
-def names_of_tags(tool_tags: Sequence[str], tool_names: Sequence[str] | None) -> tuple[str, ...]:
-    """The name of each tool of ``tool_tags``, in order: ``tool_names`` checked to pair with the
-    tags one to one, or the tags themselves when None (every tool a tag tool, named by its tag)."""
-    if tool_names is None:
-        return tuple(tool_tags)
-    if len(tool_names) != len(tool_tags):
-        raise ValueError(
-            f"tool_names {tuple(tool_names)} do not pair with tool_tags {tuple(tool_tags)}: "
-            "one name per tag, in the same order"
-        )
-    return tuple(tool_names)
-
-
 def check_format(
     response_text: str,
     answer: str | None,
-    tool_tags: Sequence[str] = DEFAULT_TOOL_TAGS,
-    tool_format: str = "tags",
+    tools: ToolIdentity = SEARCH_ONLY,
     rollout_calls: RolloutCalls | None = None,
-    tool_names: Sequence[str] | None = None,
 ) -> FormatCheck:
-    """The format check of one response in ``tool_format`` (module docstring). ``tool_tags`` are
-    the run's tools' tags (the grammar of ``tags``), ``tool_names`` their names in the same order
-    (None: the tags, as for tag tools); ``calls`` counts every tool by name.
-
-    ``tags`` reads only the text; every other format needs ``rollout_calls``.
-    """
-    names = names_of_tags(tool_tags, tool_names)
-    if tool_format == TAGS:
-        structure = parse_response(response_text, tool_tags)
+    """The format check of one response in the run's tool-call format (module docstring): the text
+    under the grammar of ``tools.tags`` when the format's calls are in the text, else
+    ``rollout_calls``; ``calls`` counts every tool of ``tools`` by name."""
+    if tools.format.calls_in_text:
+        structure = parse_response(response_text, tools.tags)
         information = tuple(b.content for b in structure.blocks if b.tag == "information")
-        calls = {name: structure.count(tag) for tag, name in zip(tool_tags, names, strict=True)}
+        calls = {name: structure.count(tag) for tag, name in zip(tools.tags, tools.names, strict=True)}
         return FormatCheck(structure.well_formed, calls, information)
     if rollout_calls is None:
         raise ValueError(
-            f"the {tool_format} format check reads the rollout's record of the calls (rollout_calls: "
+            f"the {tools.format.name} format check reads the rollout's record of the calls (rollout_calls: "
             "the batch's tool_calls, tool_calls_invalid and tool_outputs), and none was given"
         )
     well_formed = answer is not None and sum(rollout_calls.invalid.values()) == 0
-    calls = {name: int(rollout_calls.calls.get(name, 0)) for name in names}
+    calls = {name: int(rollout_calls.calls.get(name, 0)) for name in tools.names}
     return FormatCheck(well_formed, calls, tuple(rollout_calls.outputs))

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from agentrl.tool_identity import SEARCH_ONLY
+
 __all__ = [
     "DEFAULT_TOOL_TAGS",
     "Block",
@@ -25,7 +27,7 @@ __all__ = [
     "parse_response",
 ]
 
-DEFAULT_TOOL_TAGS: tuple[str, ...] = ("search",)  # the default experiment's tools: one SearchTool
+DEFAULT_TOOL_TAGS: tuple[str, ...] = SEARCH_ONLY.tags  # the default experiment's tools: one SearchTool
 _PROTOCOL_TAGS = ("think", "information", "answer")
 _INFORMATION = re.compile(r"<information>.*?(?:</information>|\Z)", re.DOTALL)
 # an <answer> whose body holds no further <answer> opening, so the innermost/last one wins

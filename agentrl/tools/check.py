@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from agentrl.config.schema import ToolConfig
 from agentrl.importing import import_object
+from agentrl.tool_identity import FORMAT_TRAITS, ToolIdentity
 from agentrl.tools.base import ToolError
 from agentrl.tools.registry import build_toolset, is_tool_set
 from agentrl.tools.rules import Claims, check_options, did_you_mean
 from agentrl.tools.typed import as_typed
 
-__all__ = ["ToolConfigError", "ToolNames", "check_tools"]
+__all__ = ["ToolConfigError", "check_tools"]
 
 WORKERS_HINT = (
     "the module must be importable where the trainer is launched: from the launch directory, "
@@ -41,18 +42,6 @@ WORKERS_HINT = (
 
 class ToolConfigError(ValueError):
     """A configured tool cannot be built; the message names the element and the problem."""
-
-
-class ToolNames(NamedTuple):
-    """The configured tools' tags and names, in config order (``tags[i]`` and ``names[i]`` are one tool's).
-
-    ``tags`` are the grammar of the ``tags`` format (``RunContext.tool_tags``); ``names`` key every
-    per-tool count (``RunContext.tool_names``), as the rollout counts calls by name. A tag tool's
-    name is its tag; a schema tool's tag may differ from its name. In the order of
-    ``RunContext.from_config``'s ``tool_tags, tool_names``."""
-
-    tags: tuple[str, ...]
-    names: tuple[str, ...]
 
 
 def _tool_class(path: str, where: str) -> Any:
@@ -71,13 +60,17 @@ def _tool_class(path: str, where: str) -> Any:
         raise ToolConfigError(f"{where}: {exc}") from None
 
 
-def check_tools(configs: Sequence[ToolConfig]) -> ToolNames:
-    """Build every configured tool once, as the rollout does; return their tags and names in order.
+def check_tools(configs: Sequence[ToolConfig], tool_format: str = "tags") -> ToolIdentity:
+    """Build every configured tool once, as the rollout does; return the run's tool identity: the
+    tools' tags and names in order, and the traits of ``tool_format`` (``actor.rollout.tool_format``).
 
     Raises ``ToolConfigError`` naming ``actor.rollout.tools[i]`` for a class path that does
     not import, an unknown option, a constructor that refuses its options, a reserved tag,
-    or a tag or name another tool already uses.
+    or a tag or name another tool already uses; an unknown format is refused by name.
     """
+    if tool_format not in FORMAT_TRAITS:
+        choices = sorted(FORMAT_TRAITS)
+        raise ToolConfigError(f"actor.rollout.tool_format must be one of {choices}, got {tool_format!r}")
     tags: list[str] = []
     names: list[str] = []
     claims: Claims[int] = Claims()  # the element that has each tag and name first
@@ -103,4 +96,4 @@ def check_tools(configs: Sequence[ToolConfig]) -> ToolNames:
                 )
             tags.append(tool.tag)
             names.append(tool.name)
-    return ToolNames(tuple(tags), tuple(names))
+    return ToolIdentity(tuple(tags), tuple(names), FORMAT_TRAITS[tool_format])

@@ -55,7 +55,8 @@ class PPOTrainer:
         self.config = config
         self.avoid_nodes = avoid_nodes
         algo, actor = config.algorithm, config.actor
-        self.context = RunContext.from_config(config, *check_tools(config.actor.rollout.tools))
+        rollout = config.actor.rollout
+        self.context = RunContext.from_config(config, check_tools(rollout.tools, rollout.tool_format))
         self.estimator = get_advantage_estimator(algo.adv_estimator)
         self.use_critic = self.estimator.needs_critic
         self.use_reference = algo.use_kl_in_reward or actor.use_kl_loss
@@ -74,7 +75,7 @@ class PPOTrainer:
         self.checkpoints = CheckpointManager(self.run_dir, config.trainer.max_ckpt_to_keep)
         self.alarms = DeadSignalAlarms(
             config.trainer.alarm_after_steps,
-            watch_tools=bool(self.context.tool_names),
+            watch_tools=bool(self.context.tools.names),
             watch_groups=self.estimator.needs_groups,
             dynamic_sampling=algo.dynamic_sampling.enable,
         )
@@ -260,9 +261,7 @@ class PPOTrainer:
         """The validation metrics now (``validation.validate``) of the run's ``data.val_limit`` prompts."""
         data = self.config.data
         prompts = validation_prompts(self.val_data.prompts, data.val_limit, self.config.seed)
-        return validate(
-            self.sampler, prompts, data, self.global_step, self.tokenizer, self.context.tool_names
-        )
+        return validate(self.sampler, prompts, data, self.global_step, self.tokenizer, self.context.tools)
 
     # --- bookkeeping -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from tqdm import tqdm
 from agentrl.config.schema import DataConfig
 from agentrl.eval.records import records_of
 from agentrl.eval.report import flat_metrics
+from agentrl.tool_identity import ToolIdentity
 from agentrl.trainer.step_sampler import StepSampler
 
 
@@ -28,15 +29,15 @@ def validate(
     data: DataConfig,
     step: int,
     tokenizer: Any,
-    tool_names: Sequence[str],
+    tools: ToolIdentity,
 ) -> dict[str, float]:
     """``val/<source>/<metric>`` per data source and ``val/all/<metric>`` over all of them, from one
-    greedy rollout of each prompt in batches of ``data.val_batch_size``; the records count tool calls
-    by name (``tool_names``)."""
+    greedy rollout of each prompt in batches of ``data.val_batch_size``; the records count the calls
+    of each of the run's ``tools`` by name."""
     sampler.drain()  # the actor's engine serves one rollout at a time
     records = []
     size = data.val_batch_size
     for start in tqdm(range(0, len(prompts), size), desc="validating", leave=False):
         rollout = sampler.generate(list(prompts[start : start + size]), step, validate=True)
         records += records_of(rollout.trajectories, tokenizer)
-    return flat_metrics(records, "val", tools=tool_names)
+    return flat_metrics(records, "val", tools=tools.names)

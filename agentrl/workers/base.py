@@ -28,13 +28,13 @@ import torch
 import torch.distributed as dist
 
 from agentrl.cluster.data_plane import join_group
-from agentrl.config.schema import Device, ExperimentConfig, OptimConfig, Strategy, ToolFormat, UpdateConfig
+from agentrl.config.schema import Device, ExperimentConfig, OptimConfig, Strategy, UpdateConfig
 from agentrl.core.batch import Batch
 from agentrl.models.optim import build_optimizer
 from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharded_state, shard_model
 from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
-from agentrl.rewards import DEFAULT_TOOL_TAGS
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
+from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # fsdp: FSDP2 shards (models/sharding.py)
 DEVICES: tuple[str, ...] = get_args(Device)
@@ -96,30 +96,15 @@ class RunContext:
     strategy: str = "dp"  # dp | fsdp (resources.strategy)
     overlap_rollout: bool = False  # the next rollout runs during the update (trainer.one_step_off_policy)
     old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
-    # the tags of actor.rollout.tools, as the driver built them (tools.check): the reward's grammar
-    tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS
-    # the same tools' names, in the same order: the key of every per-tool count (reward/, val/), as the
-    # rollout counts calls by name (a schema tool's tag may differ from its name)
-    tool_names: tuple[str, ...] = DEFAULT_TOOL_TAGS
-    # actor.rollout.tool_format: what the reward's format check reads (agentrl.rewards.structure)
-    tool_format: ToolFormat = "tags"
+    # the run's tools (tags, names) and their call format, as the driver built them once (tools.check)
+    tools: ToolIdentity = SEARCH_ONLY
     socket_ifname: str | None = None  # resources.socket_ifname: the data plane's interface
     rendezvous_timeout_s: float = 120.0  # resources.rendezvous_timeout_s: how long ranks wait to meet
 
-    def __post_init__(self) -> None:
-        if len(self.tool_names) != len(self.tool_tags):
-            raise ValueError(f"tool_names {self.tool_names} do not pair with tool_tags {self.tool_tags}")
-
     @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        tool_tags: tuple[str, ...] = DEFAULT_TOOL_TAGS,
-        tool_names: tuple[str, ...] | None = None,
-    ) -> RunContext:
-        """``tool_tags`` and ``tool_names``: the tags and the names of ``config.actor.rollout.tools``,
-        from the driver's check of them (``tools.check.ToolNames``: these two, in this order);
-        ``tool_names`` None when every tool is a tag tool, whose name is its tag."""
+    def from_config(cls, config: ExperimentConfig, tools: ToolIdentity = SEARCH_ONLY) -> RunContext:
+        """``tools``: the identity of ``config.actor.rollout.tools`` from the driver's check of them
+        (``tools.check.check_tools``)."""
         return cls(
             seed=config.seed,
             device=config.trainer.device,
@@ -129,9 +114,7 @@ class RunContext:
             strategy=config.resources.strategy,
             overlap_rollout=config.trainer.one_step_off_policy,
             old_log_prob_source="update_forward" if config.actor.skip_old_log_prob else "recomputed",
-            tool_tags=tuple(tool_tags),
-            tool_names=tuple(tool_tags if tool_names is None else tool_names),
-            tool_format=config.actor.rollout.tool_format,
+            tools=tools,
             socket_ifname=config.resources.socket_ifname,
             rendezvous_timeout_s=config.resources.rendezvous_timeout_s,
         )

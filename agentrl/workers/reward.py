@@ -1,10 +1,10 @@
 """The reward role: a score per trajectory, placed on its last model token by the trainer.
 
 The default is rule-based (``agentrl.rewards``: exact match on the final ``<answer>``,
-optionally format-aware, the format check in the run's ``RunContext.tool_format``: the tag
-grammar knowing the run's ``RunContext.tool_tags`` in ``tags``, the rollout's per-row record
-of the calls (the batch's ``tool_calls``, ``tool_calls_invalid``, ``tool_outputs``) in ``hermes``;
-each tool's calls counted under its name, ``RunContext.tool_names``, in both);
+optionally format-aware, the format check in the run's tool identity ``RunContext.tools``: the
+tag grammar knowing the run's tags where the format's calls are in the text (``tags``), the
+rollout's per-row record of the calls (the batch's ``tool_calls``, ``tool_calls_invalid``,
+``tool_outputs``) where they are not (``hermes``); each tool's calls counted under its name);
 ``reward.reward_model_path`` adds a learned scalar reward model whose output replaces the
 rule score. ``reward.format_penalty`` (> 0) is subtracted from the score of every
 trajectory with a malformed tool call or a turn that neither called nor answered (the
@@ -79,7 +79,7 @@ class RuleRewardWorker(RoleWorker):
         self.reward = reward
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
-        tool_format = self.context.tool_format
+        tools = self.context.tools
         scores, per_sample = score_batch(
             list(batch["response_text"]),
             list(batch["ground_truth"]),
@@ -87,10 +87,8 @@ class RuleRewardWorker(RoleWorker):
             list(batch["extra_info"]),
             config=self.reward,
             answers=list(batch["answer"]),
-            tool_tags=self.context.tool_tags,
-            tool_names=self.context.tool_names,
-            tool_format=tool_format,
-            rollout_calls=None if tool_format == "tags" else rollout_calls(batch),
+            tools=tools,
+            rollout_calls=None if tools.format.calls_in_text else rollout_calls(batch),
         )
         metrics = {
             f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values

@@ -115,3 +115,12 @@ def test_build_format_gives_tags_by_default_and_refuses_the_hermes_template_with
         build_format(RolloutConfig(max_obs_length=5), tokenizer, [SEARCH])
     with pytest.raises(FormatError, match="enable_thinking"):  # the tiny template does not read it
         build_format(RolloutConfig(enable_thinking=True), tokenizer, [SEARCH])
+
+
+def test_each_format_declares_the_traits_its_name_has_in_the_tool_identity():
+    from agentrl.agent.formats import HermesFormat, TagsFormat
+    from agentrl.tool_identity import FORMAT_TRAITS
+
+    assert TagsFormat.traits is FORMAT_TRAITS[TagsFormat.name] and TagsFormat.traits.calls_in_text
+    assert HermesFormat.traits is FORMAT_TRAITS[HermesFormat.name]
+    assert HermesFormat.traits.prompt_from_messages and not HermesFormat.traits.instruction_lists_tools

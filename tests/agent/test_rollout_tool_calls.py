@@ -33,6 +33,8 @@ from agentrl.agent.observations import FINAL_TURN_NOTE
 from agentrl.agent.prompts import encode_messages
 from agentrl.config.schema import ExperimentConfig, RewardConfig, RolloutConfig
 from agentrl.models.tiny import DEFAULT_TEXTS, train_tokenizer
+from agentrl.tool_identity import HERMES as HERMES_FORMAT
+from agentrl.tool_identity import ToolIdentity
 from agentrl.tools.base import ToolResult
 from agentrl.tools.spec import ToolSpec
 from agentrl.trainer.dataset import prompt_spec
@@ -366,7 +368,6 @@ def test_the_reward_and_the_evaluator_count_a_hermes_runs_calls_per_tool_from_th
     """The reward role of a hermes run checks the format on the rollout's record (the batch's
     tool_calls, tool_calls_invalid, tool_outputs), so a clean hermes trajectory is well formed
     and its calls are counted per tool, as the evaluator's records count them."""
-    from agentrl.config.schema import ToolConfig
     from agentrl.eval.records import records_of
     from agentrl.eval.report import aggregate
 
@@ -382,17 +383,14 @@ def test_the_reward_and_the_evaluator_count_a_hermes_runs_calls_per_tool_from_th
     trajs = manager.run(prompts).trajectories
     batch = collate(trajs, tokenizer.pad_token_id, tokenizer)
     assert batch["tool_outputs"].tolist() == [["Quenby"], []]
-    config = ExperimentConfig()
-    config.actor.rollout.tool_format = "hermes"
-    config.actor.rollout.tools = [ToolConfig(), ToolConfig("x.Lookup")]
-    context = RunContext.from_config(config, tool_tags=("search", "lookup"))
-    assert context.tool_format == "hermes"
+    hermes_tools = ToolIdentity.of_tags(("search", "lookup"), HERMES_FORMAT)
+    context = RunContext.from_config(ExperimentConfig(), hermes_tools)
     scores, metrics = RuleRewardWorker(RewardConfig(format_score=True), context).compute_scores(batch)
     assert scores.tolist() == [1.0, pytest.approx(0.8)]  # the sloppy call failed its schema: ill formed
     assert metrics["reward/well_formed"] == 0.5 and metrics["reward/retrieval_hit"] == 0.5
     assert metrics["reward/tool_calls/lookup"] == 0.5 and metrics["reward/tool_calls/search"] == 0.0
     # the tags run's grammar finds no call in the same text: what a hermes run scored before
-    tags = RunContext.from_config(ExperimentConfig(), tool_tags=("search", "lookup"))
+    tags = RunContext.from_config(ExperimentConfig(), ToolIdentity.of_tags(("search", "lookup")))
     _, tag_metrics = RuleRewardWorker(RewardConfig(format_score=True), tags).compute_scores(batch)
     assert tag_metrics["reward/well_formed"] == 0.0 and tag_metrics["reward/tool_calls/lookup"] == 0.0
 

@@ -219,6 +219,7 @@ def test_every_owner_derives_its_choices_from_the_schema():
     from agentrl.engines import ENGINE_KINDS
     from agentrl.models.loading import DTYPES
     from agentrl.models.optim import LR_SCHEDULES
+    from agentrl.tool_identity import FORMAT_TRAITS
     from agentrl.trainer.tracking import LOGGERS
     from agentrl.workers.base import DEVICES, STRATEGIES
 
@@ -228,6 +229,7 @@ def test_every_owner_derives_its_choices_from_the_schema():
         schema.EngineKind: ENGINE_KINDS,
         schema.DtypeName: tuple(DTYPES),
         schema.LrSchedule: LR_SCHEDULES,
+        schema.ToolFormat: tuple(FORMAT_TRAITS),
         schema.PlacementKind: PLACEMENTS,
         schema.PlacementStrategy: tuple(RAY_STRATEGIES),
         schema.LoggerName: LOGGERS,

@@ -19,6 +19,7 @@ from agentrl.rewards import (
     resolve_scorer,
     score_batch,
 )
+from agentrl.tool_identity import ToolIdentity
 
 WELL_RIGHT = (
     "<think>t</think><search>q</search><information>Doc 1 Quenby</information>"
@@ -86,9 +87,9 @@ def test_metrics_reported() -> None:
 def test_a_run_with_a_second_tool_scores_its_calls_as_well_formed_and_counts_each_tool() -> None:
     lookup = "<think>t</think><lookup>Zorvia</lookup><information>Doc 1 Quenby</information>"
     response = f"{lookup}<think>t</think><answer> Quenby </answer>"
-    tags = ("search", "lookup")
+    tools = ToolIdentity.of_tags(("search", "lookup"))
     scorer = FormatScorer("em", TABLE)
-    out = scorer(ScoreInput.from_text(response, GT, tool_tags=tags))
+    out = scorer(ScoreInput.from_text(response, GT, tools=tools))
     assert out.score == 1.0 and out.metrics["well_formed"] == 1.0
     assert out.metrics["tool_calls/lookup"] == 1.0 and out.metrics["tool_calls/search"] == 0.0
     assert out.metrics["num_searches"] == 0.0
@@ -96,14 +97,17 @@ def test_a_run_with_a_second_tool_scores_its_calls_as_well_formed_and_counts_eac
     assert scorer(ScoreInput.from_text(response, GT)).score == pytest.approx(TABLE.correct_ill_formed)
 
 
-def test_score_batch_passes_the_runs_tool_tags_to_every_scorer() -> None:
+SEARCH_AND_CALCULATE = ToolIdentity.of_tags(("search", "calculate"))
+
+
+def test_score_batch_passes_the_runs_tool_identity_to_every_scorer() -> None:
     call = "<calculate>2+3</calculate><information>5</information>"
     response = f"<think>t</think>{call}<think>t</think><answer>5</answer>"
     cfg = {"format_score": True}
     scores, metrics = score_batch([response], [{"target": ["5"]}], ["nq"], None, cfg, answers=["5"])
     assert scores == [pytest.approx(0.8)] and metrics["well_formed"] == [0.0]
     scores, metrics = score_batch(
-        [response], [{"target": ["5"]}], ["nq"], None, cfg, answers=["5"], tool_tags=("search", "calculate")
+        [response], [{"target": ["5"]}], ["nq"], None, cfg, answers=["5"], tools=SEARCH_AND_CALCULATE
     )
     assert scores == [1.0] and metrics["well_formed"] == [1.0]
     assert metrics["tool_calls/calculate"] == [1.0] and metrics["tool_calls/search"] == [0.0]

@@ -13,9 +13,11 @@ from agentrl.rewards import (
     check_format,
     score_batch,
 )
+from agentrl.tool_identity import HERMES, TAGS, ToolIdentity
 
 GT = {"target": ["Quenby"]}
-TOOLS = ("search", "lookup")
+TOOLS = ToolIdentity.of_tags(("search", "lookup"), HERMES)
+TAG_TOOLS = ToolIdentity.of_tags(("search", "lookup"))  # the same tools in the tags format
 TABLE = FormatValues(
     wrong_well_formed=0.3, correct_ill_formed=0.7, wrong_ill_formed=0.05, retrieval_bonus=0.11
 )
@@ -29,17 +31,15 @@ CLEAN = RolloutCalls({"lookup": 1}, {}, ("Quenby",))
 
 
 def hermes_input(answer: str | None, record: RolloutCalls | None = CLEAN) -> ScoreInput:
-    return ScoreInput(
-        HERMES_TEXT, GT, "nq", answer=answer, tool_tags=TOOLS, tool_format="hermes", rollout_calls=record
-    )
+    return ScoreInput(HERMES_TEXT, GT, "nq", answer=answer, tools=TOOLS, rollout_calls=record)
 
 
 def test_the_hermes_check_reads_the_rollouts_record_not_the_text():
-    check = check_format(HERMES_TEXT, "Quenby", TOOLS, "hermes", CLEAN)
+    check = check_format(HERMES_TEXT, "Quenby", TOOLS, CLEAN)
     assert check.well_formed and check.calls == {"search": 0, "lookup": 1}
     assert check.information == ("Quenby",)
     # the same text under the tag grammar: no tags, so ill-formed with no calls
-    tags = check_format(HERMES_TEXT, "Quenby", TOOLS, "tags")
+    tags = check_format(HERMES_TEXT, "Quenby", TAG_TOOLS)
     assert not tags.well_formed and tags.calls == {"search": 0, "lookup": 0}
 
 
@@ -56,7 +56,7 @@ def test_the_hermes_check_reads_the_rollouts_record_not_the_text():
 def test_a_hermes_response_is_well_formed_when_it_answered_and_nothing_was_malformed(
     answer, record, well_formed
 ):
-    assert check_format(HERMES_TEXT, answer, TOOLS, "hermes", record).well_formed is well_formed
+    assert check_format(HERMES_TEXT, answer, TOOLS, record).well_formed is well_formed
 
 
 def test_the_format_scorer_scores_a_hermes_response_by_its_record():
@@ -94,8 +94,7 @@ def test_score_batch_gives_each_response_its_own_record_in_hermes():
         None,
         {"format_score": True},
         answers=["Quenby", "Quenby"],
-        tool_tags=TOOLS,
-        tool_format="hermes",
+        tools=TOOLS,
         rollout_calls=records,
     )
     assert scores == [1.0, pytest.approx(0.8)]
@@ -119,13 +118,14 @@ def test_the_tags_check_is_the_grammars_whatever_record_comes_with_it():
 def test_calls_are_counted_under_the_tools_names_in_both_formats_whatever_their_tags():
     call = "<lk>Zorvia</lk><information>Quenby</information>"
     response = f"<think>t</think>{call}<think>t</think><answer>Quenby</answer>"
-    tags = check_format(response, "Quenby", ("search", "lk"), "tags", tool_names=("search", "lookup"))
+    in_tags = ToolIdentity(("search", "lk"), ("search", "lookup"), TAGS)
+    tags = check_format(response, "Quenby", in_tags)
     assert tags.well_formed and tags.calls == {"search": 0, "lookup": 1}
-    hermes = check_format(HERMES_TEXT, "Quenby", ("search", "lk"), "hermes", CLEAN, ("search", "lookup"))
-    assert hermes.calls == {"search": 0, "lookup": 1}
-    out = MatchScorer("em")(
-        ScoreInput.from_text(response, GT, tool_tags=("search", "lk"), tool_names=("search", "lookup"))
+    hermes = check_format(
+        HERMES_TEXT, "Quenby", ToolIdentity(("search", "lk"), ("search", "lookup"), HERMES), CLEAN
     )
+    assert hermes.calls == {"search": 0, "lookup": 1}
+    out = MatchScorer("em")(ScoreInput.from_text(response, GT, tools=in_tags))
     assert out.metrics["tool_calls/lookup"] == 1.0 and "tool_calls/lk" not in out.metrics
     with pytest.raises(ValueError, match="one name per tag"):
-        check_format(response, "Quenby", ("search", "lk"), "tags", tool_names=("lookup",))
+        ToolIdentity(("search", "lk"), ("lookup",))

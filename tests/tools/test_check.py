@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from agentrl.config.schema import ToolConfig
-from agentrl.tools.check import ToolConfigError, ToolNames, check_tools
+from agentrl.tool_identity import HERMES, TAGS, ToolIdentity
+from agentrl.tools.check import ToolConfigError, check_tools
 from agentrl.trainer import main as trainer_main
 
 SEARCH = "agentrl.tools.retrieval.SearchTool"
@@ -42,12 +43,16 @@ def user_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return "my_lookup.LookupTool"
 
 
-def test_the_tools_are_built_once_and_their_tags_and_names_returned_in_order(user_tools):
-    assert check_tools([ToolConfig()]) == ToolNames(("search",), ("search",))
+def test_the_tools_are_built_once_and_their_identity_returned_tags_and_names_in_order(user_tools):
+    assert check_tools([ToolConfig()]) == ToolIdentity(("search",), ("search",), TAGS)
     tools = [ToolConfig(SEARCH, {"topk": 2}), ToolConfig(user_tools), ToolConfig(CALCULATOR)]
-    assert check_tools(tools) == ToolNames(
-        ("search", "lookup", "calculate"), ("search", "lookup", "calculate")
+    assert check_tools(tools, "hermes") == ToolIdentity(
+        ("search", "lookup", "calculate"), ("search", "lookup", "calculate"), HERMES
     )
+    with pytest.raises(
+        ToolConfigError, match=r"actor.rollout.tool_format must be one of \['hermes', 'tags'\]"
+    ):
+        check_tools(tools, "xml")
 
 
 def test_a_class_name_typo_names_the_element_and_the_class_the_module_has():
@@ -110,8 +115,7 @@ def test_the_checked_tags_reach_the_reward_roles_format_check(user_tools):
 
     config = ExperimentConfig()
     config.actor.rollout.tools = [ToolConfig(SEARCH), ToolConfig(user_tools)]
-    tools = check_tools(config.actor.rollout.tools)
-    context = RunContext.from_config(config, tool_tags=tools.tags, tool_names=tools.names)
+    context = RunContext.from_config(config, check_tools(config.actor.rollout.tools))
     call = "<lookup>Zorvia</lookup><information>Quenby</information>"
     response = f"<think>t</think>{call}<think>t</think><answer>Quenby</answer>"
     batch = Batch.from_dict(

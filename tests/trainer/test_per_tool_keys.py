@@ -103,7 +103,8 @@ def test_a_schema_tool_whose_tag_is_not_its_name_is_counted_by_name_in_the_rewar
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "tag_lookup", raising=False)
     trainer = trainer_of(dialect, tiny_model_dir, tmp_path)
-    assert (trainer.context.tool_tags, trainer.context.tool_names) == (("lk",), ("lookup",))
+    assert (trainer.context.tools.tags, trainer.context.tools.names) == (("lk",), ("lookup",))
+    assert trainer.context.tools.format.name == dialect.name
 
     rollout_config = trainer.config.actor.rollout
     manager = LLMGenerationManager(

@@ -48,6 +48,7 @@ from agentrl.data.qa import read_question_records, to_training_rows, write_rows
 from agentrl.eval.cli import main as eval_main
 from agentrl.models.loading import load_tokenizer
 from agentrl.models.tiny import make_tiny_model_dir
+from agentrl.tool_identity import HERMES, ToolIdentity
 from agentrl.tools.sandbox.isolation import probe
 from agentrl.trainer import roles
 from agentrl.trainer.ppo_trainer import PPOTrainer
@@ -223,8 +224,7 @@ def test_four_tools_registered_by_config_one_of_them_the_users_are_each_called_i
     ]
     monkeypatch.setattr(roles, "ActorWorker", ScriptedActorWorker)
     trainer = PPOTrainer(config)
-    assert trainer.context.tool_tags == trainer.context.tool_names == TOOL_NAMES
-    assert trainer.context.tool_format == "hermes"
+    assert trainer.context.tools == ToolIdentity(TOOL_NAMES, TOOL_NAMES, HERMES)
     try:
         trainer.fit()
     finally:

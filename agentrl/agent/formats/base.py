@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 from agentrl.agent.observations import Observation
+from agentrl.tool_identity import FormatTraits
 from agentrl.tools.spec import ToolSpec
 
 # Why a call or a turn is malformed, counted by name (rollout/tool_calls/invalid/<reason>).
@@ -69,7 +70,8 @@ class FormatError(ValueError):
 class ToolCallFormat(Protocol):
     """A tool-call dialect (see the module docstring)."""
 
-    name: str  # "tags" | "hermes"
+    name: str  # "tags" | "hermes": for configs and messages
+    traits: FormatTraits  # what the format does: what code outside formats/ asks
 
     def prompt_ids(self, messages: list[dict[str, Any]], specs: list[ToolSpec]) -> list[int]:
         """Token ids of the conversation, ending where the assistant starts."""

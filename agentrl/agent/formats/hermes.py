@@ -39,6 +39,7 @@ from agentrl.agent.formats.templates import (
     tool_messages,
 )
 from agentrl.agent.observations import FINAL_TURN_NOTE, Observation, encode_text
+from agentrl.tool_identity import HERMES
 from agentrl.tools.spec import ToolSpec
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -63,7 +64,8 @@ def _malformed(reason: MalformedReason, detail: str, name: str | None = None) ->
 class HermesFormat:
     """Hermes-style tool calls through a chat template (see the module docstring)."""
 
-    name = "hermes"
+    traits = HERMES  # what the format does, as the code outside formats/ asks it
+    name = traits.name
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ from agentrl.agent.formats.base import FormatError, ParsedCall, ToolMessage, Tur
 from agentrl.agent.formats.templates import ChatRenderer
 from agentrl.agent.observations import INVALID_ACTION_HINT, Observation, ObservationEncoder, encode_text
 from agentrl.agent.prompts import encode_messages
+from agentrl.tool_identity import TAGS
 from agentrl.tools.spec import ToolSpec
 
 
@@ -35,7 +36,8 @@ def single_argument(spec: ToolSpec) -> str | None:
 class TagsFormat:
     """Today's tag dialect behind the format protocol (see the module docstring)."""
 
-    name = "tags"
+    traits = TAGS  # what the format does, as the code outside formats/ asks it
+    name = traits.name
 
     def __init__(
         self,
