@@ -84,13 +84,15 @@ def dump_trajectories(
     tokenizer: Any,
     rewards: Sequence[float] | None = None,
     step: int | None = None,
+    append: bool = True,
 ) -> Path:
-    """Append one JSON line per trajectory to ``path`` (created with its parents)."""
+    """One JSON line per trajectory in ``path`` (created with its parents), after what it holds, or
+    in place of it when ``append`` is False."""
     if rewards is not None and len(rewards) != len(trajs):
         raise ValueError(f"rewards has {len(rewards)} entries for {len(trajs)} trajectories")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
+    with path.open("a" if append else "w", encoding="utf-8") as f:
         for i, traj in enumerate(trajs):
             reward = None if rewards is None else rewards[i]
             f.write(json.dumps(dump_record(traj, tokenizer, reward, step), ensure_ascii=False) + "\n")

@@ -300,6 +300,7 @@ class PPOTrainer:
             self.tokenizer,
             rewards=batch["scores"].tolist(),
             step=self.global_step,
+            append=False,  # a step trained again after a resume replaces its dump, never adds to it
         )
 
     # --- workers, checkpoints --------------------------------------------------------

@@ -1,10 +1,11 @@
 """The trainer's command line, with checkpoint STEP stalled half-written (for the crash-during-save test).
 
-    python tests/support/slow_checkpoint_trainer.py STEP SECONDS --preset ppo key=value ...
+    python tests/support/slow_checkpoint_trainer.py STEP SECONDS [--in-process] --preset ppo key=value ...
 
 The actor's part of checkpoint STEP is written into the ``.partial`` directory, then the
 save sleeps for SECONDS, so the test can SIGKILL the process with the checkpoint half done.
-The fault lives here, in the test's own subclass, not in the production trainer.
+The fault lives here, in the test's own subclass, not in the production trainer. With
+``--in-process`` the roles run in this process (``support.in_process``), without Ray.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 
 from agentrl.config import load_config  # noqa: E402
 from agentrl.trainer.ppo_trainer import PPOTrainer  # noqa: E402
+from support.in_process import in_process_roles  # noqa: E402
 
 
 class SlowCheckpointTrainer(PPOTrainer):
@@ -32,9 +34,13 @@ class SlowCheckpointTrainer(PPOTrainer):
 
 
 def main(argv: list[str]) -> int:
-    step, seconds, flag, preset, *overrides = argv
-    assert flag == "--preset", "usage: STEP SECONDS --preset NAME key=value ..."
+    step, seconds, *rest = argv
+    in_process = rest[:1] == ["--in-process"]
+    flag, preset, *overrides = rest[1:] if in_process else rest
+    assert flag == "--preset", "usage: STEP SECONDS [--in-process] --preset NAME key=value ..."
     trainer = SlowCheckpointTrainer(load_config(preset, overrides), int(step), float(seconds))
+    if in_process:
+        trainer.init_workers = lambda: trainer.take_roles(in_process_roles(trainer))
     try:
         trainer.fit()
     finally:

@@ -6,7 +6,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -60,8 +59,10 @@ FSDP = {
     "resources.critic_workers": 2,
     "resources.num_cpus": 8,
 }
-STRATEGIES = [pytest.param({}, id="dp"), pytest.param(FSDP, id="fsdp-2-ranks")]
-# every run of the resume tests checkpoints each step and dumps its trajectories
+# dp runs its roles in this process (the killed trainer too): what is tested is the checkpoint and
+# the resume, not Ray; fsdp's two ranks per role need Ray.
+STRATEGIES = [pytest.param({}, id="dp-in-process"), pytest.param(FSDP, id="fsdp-2-ranks")]
+# every run of the resume test checkpoints each step and dumps its trajectories
 CHECKPOINTED = {"trainer.save_freq": 1, "trainer.dump_trajectories": True}
 
 
@@ -72,10 +73,10 @@ def strategy(request) -> dict:
 
 @pytest.fixture(scope="module")
 def straight(search_world, tmp_path_factory, strategy) -> Path:
-    """The uninterrupted 3-step run of ``strategy``, trained once for both resume tests."""
-    no_ray()
+    """The uninterrupted 3-step run of ``strategy``, what the resumed run must reproduce."""
+    no_ray()  # an fsdp run sizes its own cluster
     run_dir = tmp_path_factory.mktemp("straight") / "run"
-    run("ppo", search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy))
+    run("ppo", search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy), in_process=not strategy)
     return run_dir
 
 
@@ -83,65 +84,22 @@ def _final_actor_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(CheckpointManager(run_dir).latest() / "actor" / "model.safetensors")
 
 
-def _as_after_step_2(straight: Path, to: Path) -> Path:
-    """A copy of the uninterrupted 3-step run cut back to step 2: its step-2 checkpoint the latest,
-    step 3's trajectories and metrics gone (one training run less than training 2 steps again).
-    Retention had already pruned step 1, which a run stopped at step 2 would still hold; resuming
-    reads the latest checkpoint only."""
-    shutil.copytree(straight, to)
-    shutil.rmtree(to / "checkpoints" / "step_3")
-    (to / "trajectories" / "step_3.jsonl").unlink()
-    rows = (to / "metrics.jsonl").read_text().splitlines()
-    (to / "metrics.jsonl").write_text("".join(f"{r}\n" for r in rows if json.loads(r)["step"] <= 2))
-    return to
+def _batch(run_dir: Path, step: int) -> list[tuple]:
+    """Step ``step``'s trajectories, token for token (the trainer's dump)."""
+    lines = (run_dir / "trajectories" / f"step_{step}.jsonl").read_text().splitlines()
+    return [(r["prompt_ids"], r["response_ids"], r["segments"]) for r in map(json.loads, lines)]
 
 
-def test_resume_from_the_second_checkpoint_reproduces_the_uninterrupted_third_step(
-    search_world, tmp_path, strategy, straight
-):
-    no_ray()
-    resumed = _as_after_step_2(straight, tmp_path / "resumed")
-    assert CheckpointManager(resumed).latest().name == "step_2"
-    run("ppo", search_world.overrides(resumed, steps=3, **CHECKPOINTED, **strategy))  # resume_mode=auto
-
-    def step3(run_dir: Path) -> list[tuple]:
-        records = [
-            json.loads(line) for line in (run_dir / "trajectories" / "step_3.jsonl").read_text().splitlines()
-        ]
-        return [(r["prompt_ids"], r["response_ids"], r["segments"]) for r in records]
-
-    assert step3(straight) == step3(resumed), "step 3's batch differs after resume"
-    a, b = _final_actor_weights(straight), _final_actor_weights(resumed)
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key])
-    if not strategy:  # dp keeps the optimiser state in one file: compare it too
-        a = _trainer_state(CheckpointManager(straight).latest())["optimizer"]["state"]
-        b = _trainer_state(CheckpointManager(resumed).latest())["optimizer"]["state"]
-        for key in a:
-            torch.testing.assert_close(a[key]["exp_avg"], b[key]["exp_avg"])
-            torch.testing.assert_close(a[key]["exp_avg_sq"], b[key]["exp_avg_sq"])
-    assert [r["step"] for r in read_metrics(resumed)] == [1, 2, 3]
-    rows = read_metrics(straight)
-    assert all(r["rollout/logprob_diff"] < 1e-3 for r in rows), "engine and trainer weights must agree"
-    if strategy:  # fsdp: the engine's own copy is released after each rollout and streamed back
-        assert all(r["actor/engine_sleep_freed_mb"] > 0 and "actor/weight_sync_s" in r for r in rows)
-
-
-def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(
-    search_world, tmp_path, strategy, straight
-):
-    no_ray()
-    run_dir = tmp_path / "killed"
-    args = search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def _kill_while_writing_checkpoint_2(args: list[str], run_dir: Path, log: Path, in_process: bool) -> None:
+    """Train ``args`` in a process of its own whose step-2 checkpoint stalls half written, and
+    SIGKILL it there (``support/slow_checkpoint_trainer.py``)."""
     script = REPO / "tests" / "support" / "slow_checkpoint_trainer.py"
-    log = tmp_path / "killed_trainer.log"  # twice a silent child hid a TypeError: keep its words
-    with log.open("wb") as sink:
+    command = [sys.executable, str(script), "2", "60", *(["--in-process"] if in_process else [])]
+    with log.open("wb") as sink:  # twice a silent child hid a TypeError: keep its words
         proc = subprocess.Popen(
-            [sys.executable, str(script), "2", "60", "--preset", "ppo", *args],
+            [*command, "--preset", "ppo", *args],
             cwd=REPO,
-            env=env,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -159,16 +117,41 @@ def test_sigkill_during_checkpoint_write_resumes_from_previous_complete(
         with contextlib.suppress(ProcessLookupError):  # it may have died on its own: the assert says why
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one_as_the_uninterrupted_run(
+    search_world, tmp_path, strategy, straight
+):
+    no_ray()
+    run_dir = tmp_path / "killed"
+    args = search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy)
+    _kill_while_writing_checkpoint_2(args, run_dir, tmp_path / "killed_trainer.log", in_process=not strategy)
     manager = CheckpointManager(run_dir)
     assert [step for step, _ in manager.complete_checkpoints()] == [1]
+    partial = run_dir / "checkpoints" / ".step_2.partial"
     assert partial.exists() and not (partial / "COMPLETE").exists()
-    trainer, _, _ = run("ppo", args)
+
+    trainer, _, _ = run("ppo", args, in_process=not strategy)  # resume_mode=auto: from step 1
     assert trainer.global_step == 3
     assert [step for step, _ in manager.complete_checkpoints()] == [2, 3]
     assert [r["step"] for r in read_metrics(run_dir)][-2:] == [2, 3]
+    for step in (2, 3):
+        assert _batch(straight, step) == _batch(run_dir, step), f"step {step}'s batch differs after resume"
     a, b = _final_actor_weights(straight), _final_actor_weights(run_dir)
+    assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], msg=f"{key}: the resumed run ends elsewhere")
+    if not strategy:  # dp keeps the optimiser state in one file: compare it too
+        a = _trainer_state(manager.latest())["optimizer"]["state"]
+        b = _trainer_state(CheckpointManager(straight).latest())["optimizer"]["state"]
+        for key in a:
+            torch.testing.assert_close(a[key]["exp_avg"], b[key]["exp_avg"])
+            torch.testing.assert_close(a[key]["exp_avg_sq"], b[key]["exp_avg_sq"])
+    rows = read_metrics(straight)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["rollout/logprob_diff"] < 1e-3 for r in rows), "engine and trainer weights must agree"
+    if strategy:  # fsdp: the engine's own copy is released after each rollout and streamed back
+        assert all(r["actor/engine_sleep_freed_mb"] > 0 and "actor/weight_sync_s" in r for r in rows)
 
 
 def test_data_parallel_actor_keeps_replicas_identical(search_world, tmp_path):
