@@ -35,6 +35,7 @@ def run_mode(model_dir: Path, trim: bool, rows: int, steps: int) -> dict[str, li
     import agentrl.workers.base as base
     from benchmarks.common.recipe_actor import actor_worker, search_batch
 
+    # replaced where the update looks it up: the name workers.base imports from workers.os_memory
     shipped = base.release_free_heap
     trim_seconds: list[float] = []
 

@@ -43,7 +43,7 @@ def export_weights(worker) -> float:
 
 
 def measure(model_dir: Path, rank: int, rows: int, steps: int) -> dict[str, list[float]]:
-    from agentrl.workers.base import process_memory_gib
+    from agentrl.workers.os_memory import process_memory_gib
 
     worker = actor_worker(model_dir, rank, rows)
     trainable = sum(p.numel() for p in worker.model.parameters() if p.requires_grad)

@@ -14,9 +14,7 @@ dtype the forward and backward compute in.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import resource
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharde
 from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
 from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
+from agentrl.workers.os_memory import process_memory_gib, release_free_heap
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # fsdp: FSDP2 shards (models/sharding.py)
 DEVICES: tuple[str, ...] = get_args(Device)
@@ -43,45 +42,6 @@ DEVICES: tuple[str, ...] = get_args(Device)
 # weights, or the actor's "update_forward" itself, detached (actor.skip_old_log_prob: one on-policy
 # optimiser step, so π_old = π_θ there).
 OldLogProbSource = Literal["recomputed", "update_forward"]
-
-
-_LIBC: ctypes.CDLL | None = None
-
-
-def release_free_heap() -> bool:
-    """Hand the C heap's free memory back to the OS (glibc ``malloc_trim``); False where the C
-    library has no such call (then nothing happens).
-
-    A CPU update frees gigabytes of activations of many sizes, and glibc keeps freed blocks in its
-    heap: without a trim the process holds its update peak through the rollout that follows, and
-    the heap fragments further with every step's new shapes (``benchmarks/heap_trim.py``)."""
-    global _LIBC
-    if not sys.platform.startswith("linux"):
-        return False
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None)  # the C library the interpreter already uses
-    trim = getattr(_LIBC, "malloc_trim", None)
-    if trim is None:  # musl and others
-        return False
-    trim(0)
-    return True
-
-
-def process_memory_gib() -> dict[str, float]:
-    """This process's memory after an update, in GiB: ``rss`` now and ``peak_rss`` since it
-    started (host memory; a worker that hosts its rollout engine counts the engine too), and on
-    CUDA the peak allocated by torch. A growing ``rss`` over steps is how a leak or allocator
-    fragmentation shows before the node runs out of memory."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    memory = {"peak_rss_gib": peak / (2**30 if sys.platform == "darwin" else 2**20)}
-    statm = Path("/proc/self/statm")  # Linux: pages of resident memory, the second field
-    if statm.exists():
-        memory["rss_gib"] = int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
-        # the kernel updates the high-water mark lazily: it can trail the current value
-        memory["peak_rss_gib"] = max(memory["peak_rss_gib"], memory["rss_gib"])
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        memory["cuda_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    return memory
 
 
 @dataclass(frozen=True)

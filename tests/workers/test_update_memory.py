@@ -33,7 +33,7 @@ def test_the_update_metrics_follow_the_memory_the_process_holds(tiny_model_dir):
 # freed 0.3 GiB leave while the update below, a second later, measured its full drop.
 FREED_HEAP = """
 import torch
-from agentrl.workers.base import process_memory_gib
+from agentrl.workers.os_memory import process_memory_gib
 
 
 def freed_heap_gib():
@@ -70,7 +70,7 @@ def test_releasing_the_free_heap_gives_the_memory_of_freed_tensors_back_to_the_o
     measured = measured_in_a_fresh_process(
         """
         import json
-        from agentrl.workers.base import release_free_heap
+        from agentrl.workers.os_memory import release_free_heap
 
         freed, pin = freed_heap_gib()
         released = release_free_heap()
