@@ -46,7 +46,7 @@ def grpo_config(
     """The quickstart's GRPO config (its profile's overrides on the ``grpo`` preset) from its SFT model."""
     from agentrl.config import load_config
     from agentrl.quickstart import FULL
-    from agentrl.quickstart.pipeline import WorldFiles, ppo_overrides
+    from agentrl.quickstart.phases import WorldFiles, ppo_overrides
 
     files = WorldFiles(qs / "world" / "corpus.jsonl", qs / "train.jsonl", qs / "test.jsonl")
     overrides = ppo_overrides(FULL, run_dir, qs / "sft_model", files, url, [], seed)

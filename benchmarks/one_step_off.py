@@ -26,7 +26,7 @@ MODES = {"on_policy": [], "one_step_off": ["trainer.one_step_off_policy=true"]}
 
 def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> dict:
     from agentrl.config import load_config
-    from agentrl.quickstart.pipeline import evaluate_heldout, ppo_overrides, train_ppo
+    from agentrl.quickstart.phases import evaluate_heldout, ppo_overrides, train_ppo
 
     profile, files = shared["profile"], shared["files"]
     overrides = ppo_overrides(profile, out, shared["model_dir"], files, shared["url"], extra, seed)
@@ -53,16 +53,16 @@ def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> 
 def build_shared(out: Path, short: bool, seed: int) -> tuple[dict, object]:
     """The quickstart's phases before PPO, once for both modes."""
     from agentrl.config import load_config
-    from agentrl.quickstart.pipeline import (
+    from agentrl.quickstart.phases import (
         build_index,
         build_model,
         make_world,
         ppo_overrides,
-        prepare,
         record_sft_data,
         start_retriever,
         train_sft,
     )
+    from agentrl.quickstart.pipeline import prepare
     from agentrl.quickstart.profiles import FULL, SHORT
     from retriever.process import RetrieverProcess
 

@@ -22,7 +22,7 @@ from agentrl.quickstart.cli import chosen_profile, parse_args
 from agentrl.quickstart.demonstrations import hop_label, hop_rows, tokenizer_texts
 from agentrl.quickstart.dialects import TAGS, dialect_of
 from agentrl.quickstart.evaluation import paired_gains, summary_line
-from agentrl.quickstart.pipeline import (
+from agentrl.quickstart.phases import (
     WorldFiles,
     build_index,
     build_model,

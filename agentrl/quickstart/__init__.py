@@ -36,11 +36,12 @@ The retriever is stopped and Ray shut down whatever happens.
 
 Modules: ``profiles`` (the YAML profiles as ``Profile``), ``dialects`` (the tools and their call
 format: tags with search, or hermes with search and calculate), ``demonstrations`` (QA rows per hop,
-the SFT demonstrations), ``evaluation`` (the before/after evaluation), ``pipeline`` (the
-phases and ``run_quickstart``), ``report`` (``QuickstartResult``, ``report.md``/``.json``,
-plots), ``cli`` (``main``). The quickstart is the synthetic-world recipe on the spine the
-recipes share (``agentrl.recipes``): its phases run on ``phases.PhaseRunner`` (without markers:
-every run starts afresh), its profiles are read by ``profiles.load_profile``.
+the SFT demonstrations), ``evaluation`` (the before/after evaluation), ``phases`` (each phase's
+function), ``pipeline`` (``run_quickstart``: the phases in order), ``report`` (``QuickstartResult``,
+``report.md``/``.json``, plots), ``cli`` (``main``). The quickstart is the synthetic-world recipe
+on the spine the recipes share (``agentrl.recipes``): its phases run on the recipes'
+``phases.PhaseRunner`` (without markers: every run starts afresh), its profiles are read by
+``profiles.load_profile``.
 """
 
 from agentrl.quickstart.cli import main

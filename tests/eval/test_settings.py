@@ -229,13 +229,13 @@ def run_files(tmp_path: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("profile_name", ["full", "short"])
 def test_the_quickstart_evaluates_with_its_ppo_rollout(profile_name, reaching, run_files, tmp_path):
     from agentrl.config import load_config
-    from agentrl.quickstart import pipeline, profiles
+    from agentrl.quickstart import phases, profiles
     from agentrl.quickstart.evaluation import evaluate_policy
 
     profile = profiles.PROFILES[profile_name]
-    world = pipeline.WorldFiles(tmp_path / "corpus.jsonl", run_files["train"], run_files["test"])
+    world = phases.WorldFiles(tmp_path / "corpus.jsonl", run_files["train"], run_files["test"])
     config = load_config(
-        "ppo", pipeline.ppo_overrides(profile, tmp_path, run_files["model"], world, URL, [], 0)
+        "ppo", phases.ppo_overrides(profile, tmp_path, run_files["model"], world, URL, [], 0)
     )
     seen = reaching(
         lambda: evaluate_policy(run_files["model"], run_files["test"], config, profile.eval_limit, 0)
