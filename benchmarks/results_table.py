@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    from agentrl.eval import DatasetSpec, EvalSettings, evaluate
+    from agentrl.eval import DatasetSpec, EvalModel, EvalSettings, evaluate
     from retriever.process import RetrieverProcess
 
     datasets = [
@@ -151,15 +151,14 @@ def main(argv: list[str] | None = None) -> int:
                 url = servers[backend].retrieve_url
             print(f"== {cell}", file=sys.stderr)
             evaluate(
-                args.model,
-                None,
+                EvalModel(
+                    args.model, engine=args.engine, engine_kwargs={"max_batch_size": args.max_batch_size}
+                ),
                 datasets,
                 mode,
                 url,
                 settings=settings,
                 out_dir=out / cell.replace(":", "-"),
-                engine=args.engine,
-                engine_kwargs={"max_batch_size": args.max_batch_size},
                 corpus=args.corpus if backend else None,
             )
             render(out, doc)

@@ -1,7 +1,8 @@
 """What an evaluation runs against: the model's engine (from a path, a module or an engine), the
 agent's tools and the retriever.
 
-``open_engine`` turns what ``evaluate`` was given into an engine it can generate with;
+``EvalModel`` names what is evaluated and how its engine is opened, and ``open_engine`` turns
+it into an engine the evaluation can generate with;
 ``agent_tools`` builds the trained config's tools, its search tools pointed at the
 evaluation's retriever; ``retriever_info`` checks that the retriever is up and reads what it
 says about itself (``mode_retriever``: when the mode asks it); ``retrieve`` fetches the top-k
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from agentrl.tools.retrieval.search import SearchTool
 from agentrl.tools.typed import as_typed
 
 __all__ = [
+    "EvalModel",
     "agent_tools",
     "is_search_tool",
     "mode_retriever",
@@ -77,6 +80,35 @@ def open_engine(
             True,
         )
     raise TypeError(f"evaluate: model must be a path, an nn.Module or an Engine, got {type(model).__name__}")
+
+
+@dataclass(frozen=True)
+class EvalModel:
+    """What an evaluation evaluates, and how its engine is opened (``open``).
+
+    ``model``: a model directory or checkpoint (``step_N`` with ``actor/``), an ``nn.Module``
+    (wrapped in the HF engine) or any ``Engine``. ``tokenizer``: required unless ``model`` is a
+    path (then loaded from it). ``engine``, ``engine_kwargs``: the engine built for a path
+    (``hf`` | ``vllm``) and its options (``max_batch_size``, ``dtype``, ...). ``name``: the label
+    recorded in the settings (default: the model's path, or its class).
+    """
+
+    model: Any
+    tokenizer: Any = None
+    engine: str = "hf"
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+    def open(self) -> tuple[Any, Any, str, bool]:
+        """``(engine, tokenizer, name, owned)`` (``open_engine``); ``owned``: the caller shuts it down."""
+        engine, tokenizer, default_name, owned = open_engine(
+            self.model, self.tokenizer, self.engine, dict(self.engine_kwargs)
+        )
+        return engine, tokenizer, self.name or default_name, owned
+
+    def engine_label(self, engine: Any, owned: bool) -> str:
+        """The engine recorded in the settings: the kind built, or the class of one given."""
+        return self.engine if owned else type(engine).__name__
 
 
 def retriever_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:

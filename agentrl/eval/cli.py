@@ -30,11 +30,13 @@ from typing import Any
 from agentrl.config.errors import report_error
 from agentrl.config.loader import ConfigError, load_rollout
 from agentrl.data.qa import QADataError
+from agentrl.eval.backends import EvalModel
 from agentrl.eval.datasets import DatasetSpec, parse_dataset_arg
 from agentrl.eval.extraction import ANSWER_RULES
-from agentrl.eval.harness import EvalSettings, evaluate
+from agentrl.eval.harness import evaluate
 from agentrl.eval.prompts import MODES
 from agentrl.eval.report import markdown_table
+from agentrl.eval.settings import EvalSettings
 
 # Where the command line's defaults depart from the default experiment's (``EvalSettings()``):
 # the Search-R1 evaluation's budgets it has always had, so a rerun of an older command measures
@@ -178,21 +180,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         specs = _specs(args)
     except ValueError as error:  # a flag's value
         return report_error(error, 2)
-    engine_kwargs = {"max_batch_size": args.max_batch_size, "dtype": args.dtype}
+    model = EvalModel(
+        args.model,
+        engine=args.engine,
+        engine_kwargs={"max_batch_size": args.max_batch_size, "dtype": args.dtype},
+    )
     out = Path(args.out)
     rows = []
     for mode in args.mode:
         try:
             results = evaluate(
-                args.model,
-                None,
+                model,
                 specs,
                 mode,
                 args.retriever_url,
                 settings=settings,
                 out_dir=out / mode,
-                engine=args.engine,
-                engine_kwargs=engine_kwargs,
                 corpus=args.corpus,
                 progress=not args.no_progress,
             )

@@ -35,7 +35,7 @@ DATASET = "heldout"  # the evaluation's name for the rows file (records are grou
 
 def search_options(config: Any) -> dict[str, Any]:
     """The options (url, topk, ...) of the search tool in the PPO config's rollout."""
-    from agentrl.eval.harness import search_tool_options
+    from agentrl.eval.settings import search_tool_options
 
     options = search_tool_options(config.actor.rollout)
     if options is None:
@@ -92,17 +92,15 @@ def evaluate_records(
     search tool, with :func:`eval_settings`; ``limit`` takes a seeded subset of the rows.
     Tool errors stop it: a dead retriever must not quietly lower EM.
     """
-    from agentrl.eval import DatasetSpec, evaluate
+    from agentrl.eval import DatasetSpec, EvalModel, evaluate
 
+    engine_kwargs = {"max_batch_size": config.actor.rollout.max_batch_size, "dtype": "float32"}
     results = evaluate(
-        model_dir,
-        None,
+        EvalModel(model_dir, engine="hf", engine_kwargs=engine_kwargs),
         [DatasetSpec(DATASET, str(rows_file), limit=limit, seed=seed)],
         "agent",
         search_options(config)["url"],
         settings=eval_settings(config, seed),
-        engine="hf",
-        engine_kwargs={"max_batch_size": config.actor.rollout.max_batch_size, "dtype": "float32"},
         progress=False,
     )
     return list(results.records)

@@ -62,7 +62,7 @@ def solved_once(
     seeded ``limit`` of the training ``rows``, as the RL ``config``'s rollout samples; return the
     rows it answered exactly (in ``<answer>``) and a summary (candidates, solved, the solve rate)."""
     from agentrl.data.qa import sample_records
-    from agentrl.eval import DatasetSpec, evaluate
+    from agentrl.eval import DatasetSpec, EvalModel, evaluate
     from agentrl.recipes.search_qa_eval import eval_settings
 
     candidates = sample_records(rows, limit, seed)
@@ -72,17 +72,20 @@ def solved_once(
     settings = eval_settings(
         config, greedy=False, temperature=1.0, seed=seed, answer_rule="tag", **(settings_overrides or {})
     )
-    results = evaluate(
+    sampled = EvalModel(
         model,
         tokenizer,
+        engine,
+        {"max_batch_size": 128},
+        name=f"{POOL_NAME}:{getattr(model, 'name', type(model).__name__)}",
+    )
+    results = evaluate(
+        sampled,
         [DatasetSpec(POOL_NAME, str(questions))],
         "agent",
         retriever_url,
         settings=settings,
         out_dir=out_dir,
-        engine=engine,
-        engine_kwargs={"max_batch_size": 128},
-        model_name=f"{POOL_NAME}:{getattr(model, 'name', type(model).__name__)}",
     )
     solved = {str(r["id"]) for r in results.records if r["em"]}  # resumed records included
     kept = [r for r in candidates if _key(r) in solved]

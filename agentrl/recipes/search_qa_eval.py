@@ -72,7 +72,7 @@ def evaluate_cells(
 ) -> dict[str, Path]:
     """Run (or resume) ``cells`` whose model exists in ``models`` (phase -> model dir), with
     :func:`eval_settings` of the RL ``config`` and ``settings_overrides``."""
-    from agentrl.eval import DatasetSpec, evaluate
+    from agentrl.eval import DatasetSpec, EvalModel, evaluate
     from retriever.process import RetrieverProcess
 
     datasets = [
@@ -97,17 +97,19 @@ def evaluate_cells(
                     ).start()
                 url = servers[backend].retrieve_url
             print(f"[eval] {cell}: {mode} with {models[phase]}", flush=True)
-            evaluate(
+            model = EvalModel(
                 models[phase],
-                None,
+                engine=engine,
+                engine_kwargs={"max_batch_size": 128},
+                name=f"{cell}:{Path(models[phase]).name}",
+            )
+            evaluate(
+                model,
                 datasets,
                 mode,
                 url,
                 settings=settings,
                 out_dir=out / "eval" / cell,
-                engine=engine,
-                engine_kwargs={"max_batch_size": 128},
-                model_name=f"{cell}:{Path(models[phase]).name}",
                 corpus="wiki_mini" if backend else None,
             )
             done[cell] = out / "eval" / cell

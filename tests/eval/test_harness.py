@@ -13,7 +13,7 @@ from support.scripted_engine import ScriptedEngine
 
 from agentrl.data.qa import QADataError
 from agentrl.engines.hf import HFEngine
-from agentrl.eval import DatasetSpec, EvalSettings, SettingsMismatch, evaluate, load_questions
+from agentrl.eval import DatasetSpec, EvalModel, EvalSettings, SettingsMismatch, evaluate, load_questions
 from agentrl.eval.cli import CLI_DEFAULTS
 from agentrl.eval.cli import main as cli_main
 from agentrl.eval.datasets import EvalQuestion
@@ -70,7 +70,6 @@ def test_each_mode_writes_schema_and_metrics_in_range(
     out = tmp_path / mode
     res = evaluate(
         tiny_model_dir,
-        None,
         [toy(questions_file)],
         mode,
         retriever_url,
@@ -144,14 +143,12 @@ def test_agent_mode_searches_through_the_manager(tokenizer, questions_file, retr
         max_tokens_per_turn=64, max_response_length=512, max_obs_length=256, batch_size=3
     )
     res = evaluate(
-        engine,
-        tokenizer,
+        EvalModel(engine, tokenizer, name="scripted"),
         [toy(questions_file)],
         "agent",
         retriever_url,
         settings=settings,
         out_dir=tmp_path / "agent",
-        model_name="scripted",
         progress=False,
     )
     by_id = {r["id"]: r for r in res.records}
@@ -193,20 +190,18 @@ def test_interrupted_evaluation_resumes_without_duplicates(
 ):
     spec = [toy(questions_file)]
     fresh = evaluate(
-        tiny_model_dir, None, spec, "direct", settings=SETTINGS, out_dir=tmp_path / "fresh", progress=False
+        tiny_model_dir, spec, "direct", settings=SETTINGS, out_dir=tmp_path / "fresh", progress=False
     )
 
     out = tmp_path / "resumed"
     crashing = CrashingEngine(HFEngine.from_pretrained(tiny_model_dir), crash_at=2)
     with pytest.raises(RuntimeError, match="simulated crash"):
         evaluate(
-            crashing,
-            tokenizer,
+            EvalModel(crashing, tokenizer, name=str(tiny_model_dir)),
             spec,
             "direct",
             settings=SETTINGS,
             out_dir=out,
-            model_name=str(tiny_model_dir),
             progress=False,
         )
     crashing.shutdown()
@@ -215,7 +210,7 @@ def test_interrupted_evaluation_resumes_without_duplicates(
     with (out / "predictions.jsonl").open("a") as f:
         f.write('{"dataset": "toy", "id": "q3", "em"')  # a kill in the middle of a write
 
-    resumed = evaluate(tiny_model_dir, None, spec, "direct", settings=SETTINGS, out_dir=out, progress=False)
+    resumed = evaluate(tiny_model_dir, spec, "direct", settings=SETTINGS, out_dir=out, progress=False)
     assert resumed.resumed == SETTINGS.batch_size
     _, records = read_predictions(out)
     ids = [r["id"] for r in records]
@@ -223,7 +218,7 @@ def test_interrupted_evaluation_resumes_without_duplicates(
     assert resumed.metrics == fresh.metrics
     assert [r["response"] for r in resumed.records] == [r["response"] for r in fresh.records]
 
-    again = evaluate(tiny_model_dir, None, spec, "direct", settings=SETTINGS, out_dir=out, progress=False)
+    again = evaluate(tiny_model_dir, spec, "direct", settings=SETTINGS, out_dir=out, progress=False)
     assert again.resumed == len(QUESTIONS) and again.metrics == fresh.metrics  # nothing left to run
 
     with pytest.raises(
@@ -231,7 +226,6 @@ def test_interrupted_evaluation_resumes_without_duplicates(
     ):
         evaluate(
             tiny_model_dir,
-            None,
             spec,
             "direct",
             settings=eval_settings(max_tokens_per_turn=9, batch_size=2),
@@ -241,7 +235,6 @@ def test_interrupted_evaluation_resumes_without_duplicates(
     with pytest.raises(SettingsMismatch, match="datasets"):
         evaluate(
             tiny_model_dir,
-            None,
             [toy(questions_file, limit=3)],
             "direct",
             settings=SETTINGS,
@@ -269,11 +262,11 @@ def test_subsampling_filters_and_errors(questions_file, tmp_path, tiny_model_dir
     with pytest.raises(QADataError, match="golden_answers"):
         load_questions(DatasetSpec("bad", str(bad)))
     with pytest.raises(ValueError, match="needs retriever_url"):
-        evaluate(tiny_model_dir, None, [toy(questions_file)], "rag", None, progress=False)
+        evaluate(tiny_model_dir, [toy(questions_file)], "rag", None, progress=False)
     with pytest.raises(ValueError, match="mode must be one of"):
-        evaluate(tiny_model_dir, None, [toy(questions_file)], "oracle", None, progress=False)
+        evaluate(tiny_model_dir, [toy(questions_file)], "oracle", None, progress=False)
     with pytest.raises(FileNotFoundError, match="actor/"):
-        evaluate(tmp_path, None, [toy(questions_file)], "direct", progress=False)
+        evaluate(tmp_path, [toy(questions_file)], "direct", progress=False)
 
 
 def test_checkpoint_dir_and_cli(tiny_model_dir, questions_file, retriever_url, tmp_path):
@@ -352,13 +345,11 @@ def test_fair_baseline_rule_scores_prose_answers_and_is_recorded(tokenizer, ques
     def run(settings: EvalSettings, out: Path):
         engine = ScriptedEngine(tokenizer, prose_policy)
         return evaluate(
-            engine,
-            tokenizer,
+            EvalModel(engine, tokenizer, name="prose"),
             spec,
             "direct",
             settings=settings,
             out_dir=out,
-            model_name="prose",
             progress=False,
         )
 

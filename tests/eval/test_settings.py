@@ -202,8 +202,8 @@ def reaching(monkeypatch: pytest.MonkeyPatch):
     def call(run) -> dict[str, Any]:
         seen: dict[str, Any] = {}
 
-        def evaluate(*args, settings=None, engine="hf", engine_kwargs=None, **kwargs):
-            seen.update(effective(settings, engine=engine, engine_kwargs=dict(engine_kwargs or {})))
+        def evaluate(model, *args, settings=None, **kwargs):
+            seen.update(effective(settings, engine=model.engine, engine_kwargs=dict(model.engine_kwargs)))
             raise Reached
 
         monkeypatch.setattr(agentrl.eval, "evaluate", evaluate)  # the pipelines import it when they run
