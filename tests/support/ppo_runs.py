@@ -51,8 +51,9 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def run(preset: str, overrides: list[str], in_process: bool = False) -> tuple[PPOTrainer, dict, dict]:
-    """Fit and return the trainer with reference/actor weight checksums before and after; the roles
-    are started on Ray, or with ``in_process`` built in this process (``support.in_process``)."""
+    """Fit and return the trainer with reference/actor weight checksums before and after (after: each
+    actor rank's too, ``actor_ranks``); the roles are started on Ray, or with ``in_process`` built in
+    this process (``support.in_process``)."""
     trainer = PPOTrainer(load_config(preset, overrides))
     if in_process:
         trainer.take_roles(in_process_roles(trainer))
@@ -64,7 +65,8 @@ def run(preset: str, overrides: list[str], in_process: bool = False) -> tuple[PP
     trainer.init_workers = lambda: None  # already up
     try:
         trainer.fit()
-        after = {"actor": trainer.roles.actor.run_all("weight_checksum")[0]}
+        ranks = trainer.roles.actor.run_all("weight_checksum")
+        after = {"actor": ranks[0], "actor_ranks": ranks}
         if trainer.roles.reference is not None:
             after["reference"] = trainer.roles.reference.run_all("weight_checksum")[0]
     finally:
