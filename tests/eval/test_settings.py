@@ -248,11 +248,12 @@ def test_the_quickstart_evaluates_with_its_ppo_rollout(profile_name, reaching, r
 def test_the_recipe_cells_evaluate_the_rl_rollout_under_the_held_out_protocol(
     profile_name, reaching, run_files, tmp_path
 ):
-    from agentrl.recipes import search_qa
     from agentrl.recipes.search_qa_eval import evaluate_cells
+    from agentrl.recipes.search_qa_phases import rl_config
+    from agentrl.recipes.search_qa_profile import PROFILES
 
-    profile = search_qa.PROFILES[profile_name]
-    config = search_qa.rl_config(profile, tmp_path, "rl_full", run_files["model"], None, URL)
+    profile = PROFILES[profile_name]
+    config = rl_config(profile, tmp_path, "rl_full", run_files["model"], None, URL)
     models = {"model": str(run_files["model"])}
     seen = reaching(
         lambda: evaluate_cells(tmp_path, models, "index", ["direct"], config=config, **profile.eval_options)
@@ -262,11 +263,12 @@ def test_the_recipe_cells_evaluate_the_rl_rollout_under_the_held_out_protocol(
 
 @pytest.mark.parametrize("profile_name", ["full", "tiny"])
 def test_the_rl_pool_samples_with_the_rl_rollout(profile_name, reaching, run_files, tmp_path):
-    from agentrl.recipes import search_qa
     from agentrl.recipes.rl_pool import solved_once
+    from agentrl.recipes.search_qa_phases import rl_config
+    from agentrl.recipes.search_qa_profile import PROFILES
 
-    profile = search_qa.PROFILES[profile_name]
-    config = search_qa.rl_config(profile, tmp_path, "rl_full", run_files["model"], None, URL)
+    profile = PROFILES[profile_name]
+    config = rl_config(profile, tmp_path, "rl_full", run_files["model"], None, URL)
     rows = [{"id": "a", "question": "Who?", "golden_answers": ["x"], "data_source": "nq"}]
     model = str(run_files["model"])
     seen = reaching(
