@@ -8,7 +8,7 @@ tensors never enter here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -102,35 +102,20 @@ def score_batch(
     ``metrics[name]`` has one value per sample; a sample whose scorer did not report
     ``name`` (mixed custom scorers) gets NaN there, so averages can use ``nanmean``.
     """
-    n = len(responses)
-    lengths = {
-        "ground_truths": len(ground_truths),
-        "data_sources": len(data_sources),
-        "answers": len(answers),
+    columns = {
+        "ground_truths": ground_truths,
+        "data_sources": data_sources,
+        "answers": answers,
+        "extra_infos": extra_infos,
+        "rollout_calls": rollout_calls,
     }
-    if extra_infos is not None:
-        lengths["extra_infos"] = len(extra_infos)
-    if rollout_calls is not None:
-        lengths["rollout_calls"] = len(rollout_calls)
-    for name, length in lengths.items():
-        if length != n:
-            raise ValueError(f"score_batch: {name} has {length} items but responses has {n}")
-    settings = RewardSettings.from_config(config)
-    values = settings.format_values
-    cache: dict[str, Scorer] = {}
+    _check_lengths(len(responses), columns)
+    scorer_of = _scorers_by_source(RewardSettings.from_config(config))
     scores: list[float] = []
     per_sample: list[dict[str, float]] = []
-    for i in range(n):
+    for i in range(len(responses)):
         source = data_sources[i]
-        if source not in cache:
-            cache[source] = resolve_scorer(
-                source,
-                override=settings.scorer,
-                per_source=settings.by_data_source,
-                fallback_metric=settings.metric,
-                use_format=settings.format_score,
-                values=values,
-            )
+        scorer = scorer_of(source)  # outside the try: a source without a scorer is the config's error
         inp = ScoreInput(
             response_text=responses[i],
             ground_truth=_target_check(ground_truths[i], i),
@@ -141,7 +126,7 @@ def score_batch(
             rollout_calls=rollout_calls[i] if rollout_calls is not None else None,
         )
         try:
-            out = cache[source](inp)
+            out = scorer(inp)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"sample {i} (data_source={source!r}): {exc}") from exc
         scores.append(float(out.score))
@@ -149,3 +134,30 @@ def score_batch(
     keys = sorted({k for m in per_sample for k in m})
     metrics = {k: [float(m.get(k, math.nan)) for m in per_sample] for k in keys}
     return scores, metrics
+
+
+def _check_lengths(n: int, columns: Mapping[str, Sequence[Any] | None]) -> None:
+    """Every column given (not None) has one item per response."""
+    for name, column in columns.items():
+        if column is not None and len(column) != n:
+            raise ValueError(f"score_batch: {name} has {len(column)} items but responses has {n}")
+
+
+def _scorers_by_source(settings: RewardSettings) -> Callable[[str], Scorer]:
+    """The scorer of a ``data_source`` under ``settings``, resolved once per source."""
+    values = settings.format_values
+    cache: dict[str, Scorer] = {}
+
+    def scorer_of(source: str) -> Scorer:
+        if source not in cache:
+            cache[source] = resolve_scorer(
+                source,
+                override=settings.scorer,
+                per_source=settings.by_data_source,
+                fallback_metric=settings.metric,
+                use_format=settings.format_score,
+                values=values,
+            )
+        return cache[source]
+
+    return scorer_of
