@@ -1,6 +1,8 @@
 """The real-data recipe end to end at test size (``--profile tiny``): the same code path as the
-``docs/results.md`` run (split, demonstrations through the real retriever, SFT, GRPO full and
-LoRA on Ray, held-out evaluation of every model), on a nano model, then a resumed rerun."""
+``docs/results.md`` run (split, demonstrations through the real retriever, SFT, GRPO full, LoRA
+and with dynamic sampling, held-out evaluation of every model), on a nano model, then a resumed
+rerun. The RL phases' roles run in the test's process (``support.in_process``): what is tested
+here is the recipe (its phases, files, resume and report); Ray's wiring is the trainer tests'."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import shutil
 
 import pytest
+from support.in_process import in_process_roles
 
 from agentrl.recipes import search_qa_report
 from agentrl.recipes.search_qa import TINY, main, run_phases
@@ -23,8 +26,16 @@ from agentrl.recipes.search_qa_report import (
     write_results,
 )
 from agentrl.recipes.split import check_disjoint
+from agentrl.trainer.ppo_trainer import PPOTrainer
 
-pytestmark = pytest.mark.slow  # Ray, two short RL runs, five evaluation cells: ~4 min
+pytestmark = pytest.mark.slow  # three short RL runs and five evaluation cells on real data
+
+
+@pytest.fixture(scope="module", autouse=True)
+def in_process_rl():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PPOTrainer, "init_workers", lambda self: self.take_roles(in_process_roles(self)))
+        yield
 
 
 def records(path):
