@@ -81,31 +81,39 @@ class Placement:
         return PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=self.bundles[rank])
 
 
+@dataclass(frozen=True)
+class GroupSpec:
+    """What a worker group starts: ``world_size`` Ray actors, rank r made as
+    ``worker_cls(*args, r, world_size, master_port, master_addr)`` (``args``: the role's config
+    section and the run context), each asking Ray for ``num_cpus`` and ``num_gpus``.
+    ``max_concurrency`` > 1 lets a submitted method (``submit_sharded``) run on each actor while
+    the driver calls others. ``name``: the role, as failures and messages name the group."""
+
+    worker_cls: type
+    args: tuple[Any, ...] = ()
+    world_size: int = 1
+    name: str = "worker"
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    max_concurrency: int = 1
+
+
 class WorkerGroup:
     def __init__(
         self,
-        worker_cls: type,
-        args: tuple[Any, ...],
-        world_size: int = 1,
-        num_cpus: float = 1.0,
-        num_gpus: float = 0.0,
-        name: str = "worker",
+        spec: GroupSpec,
         placement: Placement | None = None,
-        max_concurrency: int = 1,
         calls: CallPolicy | None = None,
         avoid_ports: frozenset[int] = frozenset(),
     ) -> None:
-        """``worker_cls(*args, rank, world_size, master_port, master_addr)`` on each of
-        ``world_size`` Ray actors (``args``: the role's config section and the run context),
-        placed by ``placement`` when given. ``max_concurrency`` > 1 lets a submitted method
-        (``submit_sharded``) run on each actor while the driver calls others. ``calls``: the
-        deadlines every call is waited on under (``role_calls.gather``); none by default.
-        ``avoid_ports``: rendezvous ports of groups started beside this one, not to be reused.
+        """The ranks of ``spec``, placed by ``placement`` when given. ``calls``: the deadlines
+        every call is waited on under (``role_calls.gather``); none by default. ``avoid_ports``:
+        rendezvous ports of groups started beside this one, not to be reused.
 
         The ranks are asked for here and start in the background; ``wait_started`` waits for
         them."""
-        self.name = name
-        self.world_size = world_size
+        self.name = spec.name
+        self.world_size = world_size = spec.world_size
         self.calls = calls or CallPolicy()
         # Chosen here for one rank too (FSDP makes a process group even of one), so that no two
         # groups starting together can pick the same port before either has bound it.
@@ -117,16 +125,18 @@ class WorkerGroup:
         self.workers = []
         for rank in range(world_size):
             options: dict[str, Any] = {
-                "num_cpus": num_cpus,
-                "num_gpus": num_gpus,
-                "max_concurrency": max_concurrency,
+                "num_cpus": spec.num_cpus,
+                "num_gpus": spec.num_gpus,
+                "max_concurrency": spec.max_concurrency,
             }
             threads = None
             if placement is not None:
                 options["scheduling_strategy"] = placement.strategy(rank)
                 threads = placement.torch_threads[rank]
-            remote_cls = ray.remote(worker_cls).options(runtime_env=worker_runtime_env(threads), **options)
-            self.workers.append(remote_cls.remote(*args, rank, world_size, port, addr))
+            remote_cls = ray.remote(spec.worker_cls).options(
+                runtime_env=worker_runtime_env(threads), **options
+            )
+            self.workers.append(remote_cls.remote(*spec.args, rank, world_size, port, addr))
         # asked now, waited on in ``wait_started``: the groups of a run start side by side
         self._where = [w.where.remote() for w in self.workers]
         self.sites: list[RankSite] = []

@@ -9,7 +9,7 @@ from ray.util.placement_group import remove_placement_group
 from tqdm import tqdm
 
 from agentrl.cluster.fit import plan_layout
-from agentrl.cluster.group import Placement, WorkerGroup, wait_all_started
+from agentrl.cluster.group import GroupSpec, Placement, WorkerGroup, wait_all_started
 from agentrl.cluster.placement import ensure_cluster, reserve
 from agentrl.cluster.role_calls import CallPolicy, NodeWatch
 from agentrl.config.schema import ExperimentConfig
@@ -114,18 +114,16 @@ def start_roles(
             bundles, cpus, gpus = layout.roles[spec.role]
             placement = Placement(group, tuple(bundles), tuple(threads[b] for b in bundles))
             taken = frozenset(g.port for g in started.values())  # the ports of groups still starting
-            started[spec.role] = WorkerGroup(
+            ranks = GroupSpec(
                 spec.cls,
                 (spec.section, context),
                 spec.world_size,
-                cpus,
-                gpus,
-                spec.role,
-                placement,
-                spec.concurrency,
-                calls,
-                taken,
+                name=spec.role,
+                num_cpus=cpus,
+                num_gpus=gpus,
+                max_concurrency=spec.concurrency,
             )
+            started[spec.role] = WorkerGroup(ranks, placement, calls, taken)
         # every role was asked for before any is waited on: their workers import and load together
         wait_all_started(list(started.values()))
         calls.watch.add({site.node_id for worker_group in started.values() for site in worker_group.sites})

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from agentrl.cluster import group as group_module
-from agentrl.cluster.group import WorkerGroup, wait_all_started
+from agentrl.cluster.group import GroupSpec, WorkerGroup, wait_all_started
 from agentrl.cluster.role_calls import RoleFailure
 
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
@@ -38,8 +38,8 @@ class Meeting:
 
 def test_two_groups_are_constructed_together_and_answer_once_waited_for(ray_cluster, tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    first = WorkerGroup(Meeting, (a, b), num_cpus=0, name="first")
-    second = WorkerGroup(Meeting, (b, a), num_cpus=0, name="second")
+    first = WorkerGroup(GroupSpec(Meeting, (a, b), name="first", num_cpus=0))
+    second = WorkerGroup(GroupSpec(Meeting, (b, a), name="second", num_cpus=0))
     try:
         for started in (first, second):
             assert started.wait_started() is started
@@ -66,8 +66,8 @@ def test_the_first_constructor_to_fail_is_raised_at_once_naming_its_role_not_as_
     # the first group waits 30 s for a file nobody writes; waited on in order, its own timeout
     # would come first. A constructor's error is the user's to fix, not a node for a restart to avoid.
     never = str(tmp_path / "never")
-    slow = WorkerGroup(Meeting, (str(tmp_path / "slow"), never), num_cpus=0, name="actor")
-    broken = WorkerGroup(Broken, (), num_cpus=0, name="reward")
+    slow = WorkerGroup(GroupSpec(Meeting, (str(tmp_path / "slow"), never), name="actor", num_cpus=0))
+    broken = WorkerGroup(GroupSpec(Broken, name="reward", num_cpus=0))
     try:
         with pytest.raises(
             RuntimeError, match=r"(?s)reward rank 0 failed to start: .*'nowhere' does not exist"
@@ -81,7 +81,9 @@ def test_the_first_constructor_to_fail_is_raised_at_once_naming_its_role_not_as_
 
 
 def test_calling_a_group_before_it_has_started_is_refused(ray_cluster, tmp_path):
-    waiting = WorkerGroup(Meeting, (str(tmp_path / "c"), str(tmp_path / "c")), num_cpus=0, name="critic")
+    waiting = WorkerGroup(
+        GroupSpec(Meeting, (str(tmp_path / "c"), str(tmp_path / "c")), name="critic", num_cpus=0)
+    )
     try:
         with pytest.raises(RuntimeError, match=r"critic: call wait_started\(\) before calling its ranks"):
             waiting.run_rank0("hello")
