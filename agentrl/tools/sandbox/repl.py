@@ -33,6 +33,8 @@ sent back, with the total. The per-call CPU budget is the soft ``RLIMIT_CPU``: p
 kernel sends ``SIGXCPU``, raised in the code as ``CPUTimeExceeded``. The host enforces the
 wall time by killing the process. End of input ends the interpreter.
 """
+# long: one unit by necessity: the sandbox runs this file alone, as a script under any Python, so
+# it imports the standard library only and cannot be split into modules of its own
 
 from __future__ import annotations
 
