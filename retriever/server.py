@@ -51,19 +51,18 @@ from retriever import server_args
 from retriever.base import Hit, SearchBackend
 from retriever.batching import LRUCache, MicroBatcher, QueueFullError
 from retriever.config import ServerConfig
+from retriever.middleware import (
+    CACHE_HITS_KEY,
+    N_QUERIES_KEY,
+    access_log_middleware,
+    configure_logging,
+    error_response,
+    json_errors_middleware,
+)
 from retriever.pages import PageIndex
 from retriever.request_body import RequestError, parse_open_page_request, parse_retrieve_request
 
 log = logging.getLogger("retriever.server")
-access_log = logging.getLogger("retriever.access")
-
-# per-request values the access log reports
-N_QUERIES_KEY = web.RequestKey("n_queries", int)
-CACHE_HITS_KEY = web.RequestKey("cache_hits", int)
-
-
-def _error(status: int, field_name: str, message: str, headers: dict | None = None) -> web.Response:
-    return web.json_response({"error": message, "field": field_name}, status=status, headers=headers)
 
 
 class RetrieverService:
@@ -145,7 +144,7 @@ class RetrieverService:
 
     # --- handlers --------------------------------------------------------------------
     def _unavailable(self, message: str) -> web.Response:
-        return _error(503, "server", message, headers={"Retry-After": str(self.config.retry_after_s)})
+        return error_response(503, "server", message, headers={"Retry-After": str(self.config.retry_after_s)})
 
     async def health(self, request: web.Request) -> web.Response:
         ready = self.status == "ready"
@@ -169,7 +168,7 @@ class RetrieverService:
         try:
             req = parse_retrieve_request(await _json_body(request), self.config)
         except RequestError as exc:
-            return _error(exc.status, exc.field, exc.message)
+            return error_response(exc.status, exc.field, exc.message)
         request[N_QUERIES_KEY] = len(req.queries)
         if self.status != "ready" or self.batcher is None:
             return self._unavailable(f"index not ready (status: {self.status})")
@@ -184,7 +183,7 @@ class RetrieverService:
             try:
                 fresh = await fut
             except Exception as exc:
-                return _error(500, "server", f"search failed: {type(exc).__name__}: {exc}")
+                return error_response(500, "server", f"search failed: {type(exc).__name__}: {exc}")
             for i, hits in zip(missing, fresh, strict=True):
                 results[i] = hits
                 self.cache.put((req.queries[i], req.topk), hits)
@@ -200,12 +199,12 @@ class RetrieverService:
         try:
             items = parse_open_page_request(await _json_body(request), self.config)
         except RequestError as exc:
-            return _error(exc.status, exc.field, exc.message)
+            return error_response(exc.status, exc.field, exc.message)
         request[N_QUERIES_KEY] = len(items)
         if self.status != "ready":
             return self._unavailable(f"index not ready (status: {self.status})")
         if self.pages is None:
-            return _error(
+            return error_response(
                 501,
                 "path",
                 "this server has no page index (a pyserini index, a corpus attached as jsonl "
@@ -223,81 +222,20 @@ async def _json_body(request: web.Request) -> Any:
         raise RequestError("body", f"malformed JSON: {exc}") from None
 
 
-def _access_log_middleware():
-    @web.middleware
-    async def middleware(request: web.Request, handler):
-        t0 = time.perf_counter()
-        status = 500
-        try:
-            response = await handler(request)
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        finally:
-            if access_log.isEnabledFor(logging.INFO):
-                access_log.info(
-                    json.dumps(
-                        {
-                            "ts": round(time.time(), 3),
-                            "remote": request.remote,
-                            "method": request.method,
-                            "path": request.path,
-                            "status": status,
-                            "ms": round((time.perf_counter() - t0) * 1000, 2),
-                            "queries": request.get(N_QUERIES_KEY),
-                            "cache_hits": request.get(CACHE_HITS_KEY),
-                        }
-                    )
-                )
-
-    return middleware
-
-
-@web.middleware
-async def _json_errors_middleware(request: web.Request, handler):
-    """Turn aiohttp's own HTTP errors (404, 405, 413 body too large) into JSON errors."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        field_name = "body" if exc.status == 413 else "path"
-        return _error(exc.status, field_name, exc.reason)
-
-
 def create_app(service: RetrieverService) -> web.Application:
     cfg = service.config
     item = cfg.max_query_chars * 4 + 16  # a query, an id or a title, UTF-8 and JSON-escaped (+ a window)
     client_max = 64 * 1024 + max(cfg.max_queries_per_request, cfg.max_pages_per_request) * (item + 64)
     # The access log's middleware only where there is an access log: it is a coroutine layer,
     # clocks and a log-level check on every request.
-    logged = [_access_log_middleware()] if cfg.access_log is not None else []
-    app = web.Application(client_max_size=client_max, middlewares=[*logged, _json_errors_middleware])
+    logged = [access_log_middleware()] if cfg.access_log is not None else []
+    app = web.Application(client_max_size=client_max, middlewares=[*logged, json_errors_middleware])
     app.router.add_post("/retrieve", service.retrieve)
     app.router.add_post("/open_page", service.open_page)
     app.router.add_get("/health", service.health)
     app.on_startup.append(service.on_startup)
     app.on_cleanup.append(service.on_cleanup)
     return app
-
-
-def _configure_logging(access_log_target: str | None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    access_log.propagate = False
-    access_log.handlers.clear()
-    if access_log_target is None:
-        access_log.setLevel(logging.WARNING)
-        return
-    handler: logging.Handler = (
-        logging.StreamHandler(sys.stderr)
-        if access_log_target == "-"
-        else logging.FileHandler(access_log_target)
-    )
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    access_log.addHandler(handler)
-    access_log.setLevel(logging.INFO)
 
 
 async def serve(service: RetrieverService) -> int:
@@ -338,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    _configure_logging(config.access_log)
+    configure_logging(config.access_log)
     options = BackendOptions(
         model_path=args.model,
         ef_search=args.ef_search,
