@@ -227,13 +227,19 @@ def test_the_gain_is_paired_per_question_and_per_kind_with_its_bootstrap_interva
         paired_gains(before, {"a": ("arithmetic", 1.0)})
 
 
-@pytest.mark.slow
-def test_the_two_tool_short_profile_runs_end_to_end(tmp_path):
-    """The smoke run (~1 min on 2 cores): every phase, hermes with both tools, the per-kind report."""
-    from agentrl.quickstart import PHASES, run_quickstart
+@pytest.mark.slow  # every phase of the quickstart: world, index, SFT, two evaluations, PPO
+def test_the_two_tool_short_profile_runs_end_to_end(tmp_path, monkeypatch):
+    """The smoke run: every phase, hermes with both tools, the per-kind report. Its PPO runs its
+    roles in this process (``support.in_process``): the quickstart's own run on Ray is
+    ``test_quickstart.py``'s, and hermes tools in Ray workers ``trainer/test_tools_end_to_end.py``'s."""
+    from support.in_process import in_process_roles
 
+    from agentrl.quickstart import PHASES, run_quickstart
+    from agentrl.trainer.ppo_trainer import PPOTrainer
+
+    monkeypatch.setattr(PPOTrainer, "init_workers", lambda self: self.take_roles(in_process_roles(self)))
     out = tmp_path / "qs"
-    result = run_quickstart(out, TWO_TOOL_SHORT, seed=0)  # the module leaves no Ray behind (conftest)
+    result = run_quickstart(out, TWO_TOOL_SHORT, seed=0)
     assert list(result.seconds) == list(PHASES)
     for evaluation in (result.before, result.after):
         assert {"all", "calls/search", "calls/calculate"} <= set(evaluation) | set(evaluation["all"])
