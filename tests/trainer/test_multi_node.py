@@ -4,8 +4,9 @@ The cluster is started with docs/scaling.md's commands (token authentication on;
 the token itself), the head on 127.0.0.2 and the worker node on 127.0.0.3, two CPUs each; the
 actor's two ranks are spread over both nodes (``resources.placement_strategy=spread``). Each run is
 ``python -m agentrl.trainer.main`` in its own process, as a user starts it. The reference is the
-same run on one rank of a local cluster: a rollout samples the same tokens on any number of ranks
-and N ranks take the optimiser step one rank takes, so the weights must agree across nodes too.
+same run on one rank, its roles in the test's process: a rollout samples the same tokens on any
+number of ranks and N ranks take the optimiser step one rank takes, so the weights must agree
+across nodes too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from support.loopback_cluster import HEAD_IP, WORKER_IP, LoopbackCluster
+from support.ppo_runs import run
 
 pytestmark = pytest.mark.slow  # a Ray cluster of two nodes and several short training runs
 
@@ -142,40 +144,48 @@ def fault_in_step_2(
 
 @pytest.fixture(scope="module")
 def one_rank(search_world, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reference: the same run on one rank of a local cluster."""
+    """The reference: the same run on one rank, its roles in this process (``support.in_process``)
+    with one torch thread each, as every rank on the cluster has."""
     run_dir = tmp_path_factory.mktemp("one_rank") / "run"
-    code, log = finish(launch(search_world, run_dir, None, **{"resources.num_cpus": 2}), run_dir)
-    assert code == 0, log[-3000:]
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AGENTRL_TORCH_THREADS", "1")  # what a worker reads (cluster.runtime_env)
+        try:
+            run("grpo", overrides(search_world, run_dir, None), in_process=True)
+        finally:
+            torch.set_num_threads(threads)
     assert min(row["signal/tied_group_share"] for row in metrics(run_dir)) < 1, "no step had a signal"
     return run_dir
 
 
-@pytest.mark.parametrize("strategy", ["dp", "fsdp"])
-def test_two_ranks_on_two_nodes_end_with_the_one_rank_weights(
-    search_world, cluster, one_rank, tmp_path, strategy
-):
-    run_dir = tmp_path / strategy
-    code, log = finish(launch(search_world, run_dir, cluster, **{"resources.strategy": strategy}), run_dir)
+def test_two_fsdp_ranks_on_two_nodes_end_with_the_one_rank_weights(search_world, cluster, one_rank, tmp_path):
+    run_dir = tmp_path / "fsdp"
+    code, log = finish(launch(search_world, run_dir, cluster, **{"resources.strategy": "fsdp"}), run_dir)
     assert code == 0, log[-3000:]
     assert sorted(placed(log).values()) == [HEAD_IP, WORKER_IP], "the actor's ranks must be on both nodes"
     assert [row["step"] for row in metrics(run_dir)] == [1, 2, 3]
     assert_same_weights(run_dir, one_rank, search_world.model_dir)
 
 
-def test_a_lost_node_is_restarted_from_the_last_checkpoint_on_the_remaining_node(
+def test_two_dp_ranks_on_two_nodes_lose_one_and_restart_from_the_last_checkpoint_to_the_one_rank_weights(
     search_world, cluster, one_rank, tmp_path
 ):
+    # One run for two promises: data-parallel ranks on two nodes train as one rank does (step 1, on
+    # both nodes), and a killed node's run restarts from the last checkpoint on the node left.
     run_dir = tmp_path / "restarted"
     settings = {"trainer.max_restarts": 1, "resources.node_timeout_s": 5}
     code, log, _ = fault_in_step_2(search_world, cluster, run_dir, cluster.kill_node, timeout=600, **settings)
     assert code == 0, log[-3000:]
+    assert sorted(placed(log).values()) == [HEAD_IP, WORKER_IP], "the actor's ranks must be on both nodes"
     rows = metrics(run_dir)
     restarts = [row for row in rows if "supervisor/restarts" in row]
     assert len(restarts) == 1, rows
     assert restarts[0]["supervisor/resumed_step"] == 1 and restarts[0]["supervisor/actor_workers"] == 1
-    assert [row["step"] for row in rows if "supervisor/restarts" not in row][-2:] == [2, 3]
+    trained = [row["step"] for row in rows if "supervisor/restarts" not in row]
+    assert trained[0] == 1 and trained[-2:] == [2, 3]
     assert f"on node {WORKER_IP}" in log and "restart 1/1" in log
-    # step 2 was trained once, from step 1's checkpoint, on one rank: as the one-rank run did
+    # step 1 on two nodes, then step 2 trained once, from step 1's checkpoint, on one rank:
+    # as the one-rank run did
     assert_same_weights(run_dir, one_rank, search_world.model_dir)
 
 
