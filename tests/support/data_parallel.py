@@ -73,25 +73,43 @@ class LinearWorker(TrainableWorker):
         return {"grad": self.model.weight.grad.clone(), "weight": self.model.weight.detach().clone()}
 
 
-def _rank_main(rank: int, world_size: int, port: int, shard: Batch, kwargs: dict, queue: Any) -> None:
-    worker = LinearWorker(
-        rank, world_size, port, kwargs["lr"], kwargs["loss_agg_mode"], kwargs.get("norm_tokens")
-    )
+def _rank_main(rank: int, world_size: int, port: int, jobs: list[tuple[Batch, dict]], queue: Any) -> None:
+    """Every job's update on this rank, each on a fresh worker in the one process group the first
+    worker made (the later ones join it: ``Worker._join_process_group``)."""
+    workers, results = [], []
     try:
-        result = worker.update(shard, kwargs["mini_batch_size"], kwargs["micro_batch_size"])
-        # Plain lists: a tensor put on a queue is shared through a handle that dies with this process.
-        queue.put((rank, {key: value.tolist() for key, value in result.items()}))
+        for shard, kwargs in jobs:
+            worker = LinearWorker(
+                rank, world_size, port, kwargs["lr"], kwargs["loss_agg_mode"], kwargs.get("norm_tokens")
+            )
+            workers.append(worker)
+            result = worker.update(shard, kwargs["mini_batch_size"], kwargs["micro_batch_size"])
+            # Plain lists: a tensor put on a queue is shared through a handle that dies with this process.
+            results.append({key: value.tolist() for key, value in result.items()})
+        queue.put((rank, results))
     finally:
-        worker.shutdown()
+        for worker in reversed(workers):  # the group's owner, the first, leaves it last
+            worker.shutdown()
 
 
-def run_ranks(shards: list[Batch], **kwargs: Any) -> list[dict[str, Any]]:
-    """``LinearWorker.update`` on ``len(shards)`` gloo ranks, one process each; results by rank."""
+def run_ranks_each(jobs: list[tuple[list[Batch], dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """Each job's ``LinearWorker.update`` (its shards, one a rank, and its settings) on gloo ranks,
+    one process each, all jobs in the same processes (a spawn costs seconds); results by job, then
+    by rank."""
+    world_size = len(jobs[0][0])
+    if any(len(shards) != world_size for shards, _ in jobs):
+        raise ValueError("every job needs one shard per rank, as many as the first job's")
     port = free_port()
-    args = [(rank, len(shards), port, shard, kwargs) for rank, shard in enumerate(shards)]
+    args = [
+        (rank, world_size, port, [(shards[rank], kw) for shards, kw in jobs]) for rank in range(world_size)
+    ]
+    by_rank = spawn_ranks(_rank_main, args)
     return [
-        {key: torch.tensor(value) for key, value in result.items()}
-        for result in spawn_ranks(_rank_main, args)
+        [
+            {key: torch.tensor(value) for key, value in by_rank[rank][job].items()}
+            for rank in range(world_size)
+        ]
+        for job in range(len(jobs))
     ]
 
 

@@ -12,39 +12,53 @@ import torch
 
 from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.core.losses import LOSS_AGG_MODES
-from tests.support.data_parallel import run_ranks, run_single, token_batch
+from tests.support.data_parallel import run_ranks_each, run_single, token_batch
 
-pytestmark = pytest.mark.slow  # spawns real gloo ranks (a few seconds each)
+pytestmark = pytest.mark.slow  # spawns real gloo ranks
 
 UNEVEN = [1, 1, 6, 6]  # rank 0 gets rows 0-1 (2 model tokens), rank 1 rows 2-3 (12)
 
 
+def uneven_settings(mode: str) -> dict:
+    return {"lr": 0.0, "loss_agg_mode": mode, "norm_tokens": 8, "mini_batch_size": 4, "micro_batch_size": 1}
+
+
+SEVERAL_MINI_BATCHES = {"lr": 0.1, "loss_agg_mode": "token-mean", "mini_batch_size": 4, "micro_batch_size": 1}
+
+
+def uneven_batch():
+    return token_batch(UNEVEN)
+
+
+def eight_row_batch():
+    return token_batch([1, 7, 2, 2, 8, 1, 3, 5], seed=1)
+
+
+@pytest.fixture(scope="module")
+def on_two_ranks() -> dict[str, list[dict]]:
+    """Every update below on the same two gloo ranks (one spawn for all), results by name, then rank."""
+    jobs = {mode: (uneven_batch(), uneven_settings(mode)) for mode in LOSS_AGG_MODES}
+    jobs["several_mini_batches"] = (eight_row_batch(), SEVERAL_MINI_BATCHES)
+    results = run_ranks_each(
+        [(mini_batch_shards(batch, 2, 4), settings) for batch, settings in jobs.values()]
+    )
+    return dict(zip(jobs, results, strict=True))
+
+
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
-def test_two_ranks_with_uneven_token_counts_give_the_one_rank_gradient(mode):
-    batch = token_batch(UNEVEN)
-    settings = {
-        "lr": 0.0,
-        "loss_agg_mode": mode,
-        "norm_tokens": 8,
-        "mini_batch_size": 4,
-        "micro_batch_size": 1,
-    }
-    single = run_single(batch, **settings)
-    ranks = run_ranks(mini_batch_shards(batch, 2, 4), **settings)
-    for result in ranks:
+def test_two_ranks_with_uneven_token_counts_give_the_one_rank_gradient(mode, on_two_ranks):
+    single = run_single(uneven_batch(), **uneven_settings(mode))
+    for result in on_two_ranks[mode]:
         torch.testing.assert_close(result["grad"], single["grad"], rtol=1e-5, atol=1e-6)
 
 
-def test_two_ranks_over_several_mini_batches_end_with_the_one_rank_weights():
+def test_two_ranks_over_several_mini_batches_end_with_the_one_rank_weights(on_two_ranks):
     """Two optimiser steps (mini-batches of 4 of 8 rows): each rank holds its half of each."""
-    batch = token_batch([1, 7, 2, 2, 8, 1, 3, 5], seed=1)
-    settings = {"lr": 0.1, "loss_agg_mode": "token-mean", "mini_batch_size": 4, "micro_batch_size": 1}
-    single = run_single(batch, **settings)
-    ranks = run_ranks(mini_batch_shards(batch, 2, 4), **settings)
+    single = run_single(eight_row_batch(), **SEVERAL_MINI_BATCHES)
     assert not torch.equal(single["weight"], torch.tensor([[0.5, -1.0, 0.25]])), (
         "the update must move the weights"
     )
-    for result in ranks:
+    for result in on_two_ranks["several_mini_batches"]:
         torch.testing.assert_close(result["weight"], single["weight"], rtol=1e-5, atol=1e-6)
 
 
