@@ -32,20 +32,24 @@ def _rank_main(rank: int, world: int, port: int, args: dict, queue: Any) -> None
     try:
         for _ in range(args.get("updates", 2)):
             worker.update_actor(shard)
+        weights = {"trained": gathered_weights(worker)}
         if args.get("engine_copy"):  # what the rollout engine holds after the weight sync
             worker.engine_link.push()
-            weights = {k: v.detach().clone() for k, v in worker.rollout.engine.model.state_dict().items()}
-        else:
-            weights = gathered_weights(worker)
+            weights["engine"] = {
+                k: v.detach().clone() for k, v in worker.rollout.engine.model.state_dict().items()
+            }
         if rank == 0:  # plain lists: a tensor on a queue dies with its process
-            queue.put({k: v.float().tolist() for k, v in weights.items()})
+            queue.put({kind: {k: v.float().tolist() for k, v in w.items()} for kind, w in weights.items()})
     finally:
         worker.shutdown()
 
 
-def updated_weights(model_path: str, strategy: str, world: int, **args: Any) -> dict[str, torch.Tensor]:
-    """The actor's weights after ``updates`` PPO updates on ``world`` spawned ranks (with
-    ``engine_copy=True``: rank 0's rollout engine copy after the weight sync)."""
+def updated_weights(
+    model_path: str, strategy: str, world: int, **args: Any
+) -> dict[str, dict[str, torch.Tensor]]:
+    """The actor's weights after ``updates`` PPO updates on ``world`` spawned ranks, under
+    ``"trained"``, and with ``engine_copy=True`` rank 0's rollout engine copy after the weight sync
+    under ``"engine"``."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
@@ -57,7 +61,7 @@ def updated_weights(model_path: str, strategy: str, world: int, **args: Any) -> 
     for proc in procs:
         proc.join(timeout=120)
         assert proc.exitcode == 0, f"rank exited with {proc.exitcode}"
-    return {k: torch.tensor(v) for k, v in result.items()}
+    return {kind: {k: torch.tensor(v) for k, v in w.items()} for kind, w in result.items()}
 
 
 __all__ = ["actor_section", "context", "gathered_weights", "ppo_batch", "updated_weights"]

@@ -18,20 +18,27 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
-def test_fsdp_on_two_ranks_takes_the_one_rank_and_the_dp_updates(tiny_model_dir):
+@pytest.fixture(scope="module")
+def fsdp_two_ranks(tiny_model_dir) -> dict[str, dict[str, torch.Tensor]]:
+    """Two updates on two fsdp ranks: the trained weights and rank 0's engine copy after the sync."""
+    return updated_weights(tiny_model_dir, "fsdp", 2, engine_copy=True)
+
+
+def test_fsdp_on_two_ranks_takes_the_one_rank_and_the_dp_updates(tiny_model_dir, fsdp_two_ranks):
     start = {k: v.float() for k, v in load_causal_lm(tiny_model_dir).state_dict().items()}
-    one_rank = updated_weights(tiny_model_dir, "dp", 1)
+    one_rank = updated_weights(tiny_model_dir, "dp", 1)["trained"]
     moved = max_difference(one_rank, start)
     assert moved > 1e-3, "two updates must move the weights"
-    for strategy, world in (("fsdp", 2), ("fsdp", 1), ("dp", 2)):
-        difference = max_difference(updated_weights(tiny_model_dir, strategy, world), one_rank)
+    runs = {("fsdp", 2): fsdp_two_ranks["trained"]}
+    for strategy, world in (("fsdp", 1), ("dp", 2)):
+        runs[strategy, world] = updated_weights(tiny_model_dir, strategy, world)["trained"]
+    for (strategy, world), weights in runs.items():
+        difference = max_difference(weights, one_rank)
         assert difference < 1e-3 * moved, (strategy, world, difference, moved)
 
 
-def test_fsdp_streams_the_updated_weights_into_each_ranks_engine_copy(tiny_model_dir):
-    trained = updated_weights(tiny_model_dir, "fsdp", 2)
-    engine = updated_weights(tiny_model_dir, "fsdp", 2, engine_copy=True)
-    assert max_difference(engine, trained) == 0.0
+def test_fsdp_streams_the_updated_weights_into_each_ranks_engine_copy(fsdp_two_ranks):
+    assert max_difference(fsdp_two_ranks["engine"], fsdp_two_ranks["trained"]) == 0.0
 
 
 def gathered_gradients(worker: ActorWorker) -> dict[str, torch.Tensor]:
