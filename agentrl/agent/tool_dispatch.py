@@ -38,6 +38,7 @@ from typing import Any, get_args
 
 from agentrl.config.schema import ToolErrorPolicy
 from agentrl.tools.base import ToolContractError, ToolResult, ToolTimeout
+from agentrl.tools.rules import Claims
 from agentrl.tools.sessions import SessionTable
 from agentrl.tools.spec import argument_errors
 from agentrl.tools.typed import TypedTool, as_typed, within_deadline
@@ -73,12 +74,15 @@ class ToolDispatcher:
         entries = tools.items() if isinstance(tools, Mapping) else ((None, t) for t in tools)
         self.tools: dict[str, TypedTool] = {}
         self._by_tag: dict[str, TypedTool] = {}
+        claims: Claims[TypedTool] = Claims()  # the tools' rule: a tag and a name belong to one tool
         for key, tool in entries:
             typed = as_typed(tool, f"tool for <{key}>" if key is not None else "tool")
-            for index, value, kind in ((self.tools, typed.name, "name"), (self._by_tag, typed.tag, "tag")):
-                if value in index:
-                    raise ValueError(f"{index[value].label} and {typed.label} share the {kind} {value!r}")
-                index[value] = typed
+            clash = claims.claim(typed, name=typed.name, tag=typed.tag)
+            if clash is not None:
+                raise ValueError(
+                    f"{clash.holder.label} and {typed.label} share the {clash.kind} {clash.value!r}"
+                )
+            self.tools[typed.name] = self._by_tag[typed.tag] = typed
         self.policy = policy
         self.sessions = SessionTable()
         self._pending: dict[str, list[tuple[dict[str, Any], asyncio.Future[ToolOutcome]]]] = defaultdict(list)
