@@ -23,6 +23,7 @@ from support.scripted_engine import (
     fake_log_prob,
     response_part,
 )
+from support.tag_tools import RecordingTagTool
 
 from agentrl.agent import LLMGenerationManager, PromptSpec, Segment, collate, rollout_metrics
 from agentrl.agent.dump import dump_trajectories
@@ -417,23 +418,18 @@ def test_retriever_down_raise_policy_fails_with_client_error(tokenizer, dead_url
         manager.run(prompts(tokenizer, QUESTIONS[:2]))
 
 
-class FlakyTool:
+class FlakyTool(RecordingTagTool):
     """Injected failures: raises on 'boom', hangs on 'hang', answers otherwise."""
 
-    name = "flaky"
-    tag = "search"
-    timeout_s = 0.5
-
     def __init__(self) -> None:
-        self.batches: list[list[str]] = []
+        super().__init__("flaky", "search", timeout_s=0.5)
 
-    async def execute(self, calls: list[str]) -> list[ToolResult]:
-        self.batches.append(list(calls))
-        if "boom" in calls:
+    async def answer(self, call: str) -> ToolResult:
+        if call == "boom":
             raise RuntimeError("backend exploded")
-        if "hang" in calls:
+        if call == "hang":
             await asyncio.sleep(3600)
-        return [ToolResult(f"result for {c}") for c in calls]
+        return ToolResult(f"result for {call}")
 
 
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from support.tag_tools import RecordingTagTool
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
 from agentrl.tools import ToolContractError, ToolResult, ToolSpec
@@ -180,19 +181,14 @@ def test_a_tool_that_returns_something_else_than_results_is_named():
         asyncio.run(dispatcher.call("t0", "strings", {"label": "a"}))
 
 
-class EchoTagTool:
+class EchoTagTool(RecordingTagTool):
     """Today's tag tool: ``<echo> text </echo>``."""
 
-    name = "echoer"
-    tag = "echo"
-    timeout_s = 1.0
-
     def __init__(self) -> None:
-        self.batches: list[list[str]] = []
+        super().__init__("echoer", "echo")
 
-    async def execute(self, calls: list[str]) -> list[ToolResult]:
-        self.batches.append(calls)
-        return [ToolResult(f"echo {c}") for c in calls]
+    async def answer(self, call: str) -> ToolResult:
+        return ToolResult(f"echo {call}")
 
 
 def test_the_tags_rollouts_calls_by_tag_reach_the_tag_tool_unchanged():

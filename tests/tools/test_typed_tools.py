@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from support.tag_tools import RecordingTagTool
 
 from agentrl.agent.tool_dispatch import ToolDispatcher
 from agentrl.config.schema import ToolConfig
@@ -50,19 +51,14 @@ class LookupTool:
         return [ToolResult(self.table.get(a["key"], "no entry")) for a in arguments]
 
 
-class DefineTool:
+class DefineTool(RecordingTagTool):
     """A tag tool with neither ``argument`` nor ``description``."""
 
-    name = "glossary"
-    tag = "define"
-    timeout_s = 1.0
-
     def __init__(self) -> None:
-        self.calls: list[list[str]] = []
+        super().__init__("glossary", "define")
 
-    async def execute(self, calls: list[str]) -> list[ToolResult]:
-        self.calls.append(calls)
-        return [ToolResult(f"def of {c}") for c in calls]
+    async def answer(self, call: str) -> ToolResult:
+        return ToolResult(f"def of {call}")
 
 
 def test_a_spec_renders_in_the_openai_function_format():
@@ -144,7 +140,7 @@ def test_a_tag_tool_is_a_tool_with_one_string_parameter():
 def test_a_tag_tool_gets_the_stripped_texts_of_its_typed_calls():
     tool = DefineTool()
     results = asyncio.run(as_typed(tool).call([{"query": "  PPO "}, {"query": "RL"}]))
-    assert tool.calls == [["PPO", "RL"]]
+    assert tool.batches == [["PPO", "RL"]]
     assert [r.text for r in results] == ["def of PPO", "def of RL"]
 
 

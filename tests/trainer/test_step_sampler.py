@@ -4,6 +4,7 @@ draws, and what the step says when it runs out of rounds."""
 from __future__ import annotations
 
 import torch
+from support.in_process import Collected
 
 from agentrl.agent.generation import RolloutResult
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
@@ -25,28 +26,18 @@ class ActorGroup:
 
     def submit_chunks(
         self, method: str, prompts: list[int], n: int, seed: int | None, validate: bool
-    ) -> Done:
+    ) -> Collected:
         assert method == "generate_sequences"
         return self.generate(prompts, n, seed, validate)
 
-    def generate(self, prompts: list[int], n: int, seed: int | None, validate: bool) -> Done:
+    def generate(self, prompts: list[int], n: int, seed: int | None, validate: bool) -> Collected:
         self.calls.append((list(prompts), n, seed, validate))
         trajectories = [
             Trajectory(PromptSpec([p + 1]), f"c{len(self.calls)}-p{p}", f"{k}", [7], [Segment.MODEL], [0.0])
             for p in prompts
             for k in range(n)
         ]
-        return Done(RolloutResult(trajectories, {"rollout/tool_calls": 1.0}))
-
-
-class Done:
-    """A rollout already collected, as ``Pending`` hands it over."""
-
-    def __init__(self, rollout: RolloutResult) -> None:
-        self.rollout = rollout
-
-    def result(self) -> RolloutResult:
-        return self.rollout
+        return Collected(RolloutResult(trajectories, {"rollout/tool_calls": 1.0}))
 
 
 class RewardGroup:
