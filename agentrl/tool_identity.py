@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["FORMAT_TRAITS", "HERMES", "SEARCH_ONLY", "TAGS", "FormatTraits", "ToolIdentity"]
+__all__ = ["FORMAT_TRAITS", "HERMES", "SEARCH_ONLY", "TAGS", "FormatTraits", "ToolIdentity", "as_identity"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +64,13 @@ class ToolIdentity:
 
 
 SEARCH_ONLY = ToolIdentity.of_tags(("search",))  # the default experiment's tools: one SearchTool in tags
+
+
+def as_identity(tools: ToolIdentity | Iterable[str]) -> ToolIdentity:
+    """``tools`` as a tool identity: itself, or tag tools of these tags in the ``tags`` format (the
+    tags alone, as the reward's functions took them before the identity existed)."""
+    if isinstance(tools, ToolIdentity):
+        return tools
+    if isinstance(tools, str):
+        raise TypeError(f"tools must be a ToolIdentity or a sequence of tags, got the string {tools!r}")
+    return ToolIdentity.of_tags(tools)

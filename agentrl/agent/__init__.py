@@ -5,6 +5,11 @@ from agentrl.agent.drift import token_drift
 from agentrl.agent.generation import LLMGenerationManager, RolloutResult
 from agentrl.agent.rollout_metrics import rollout_metrics
 from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory, Truncation
+from agentrl.config.moved import install_module_aliases
+
+# The tools lived in agentrl.agent.tools before agentrl/tools/: users' tool modules written then
+# import from there, and still may (with a FutureWarning naming the new module).
+install_module_aliases()
 
 __all__ = [
     "LLMGenerationManager",

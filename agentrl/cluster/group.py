@@ -36,7 +36,8 @@ def _rendezvous(avoid: frozenset[int] = frozenset()) -> tuple[str, int]:
     return ray.util.get_node_ip_address(), port
 
 
-def _combine(results: list[Any]) -> Any:
+def combine(results: list[Any]) -> Any:
+    """The ranks' results of one call as one (what ``run_shards`` and ``Pending.result`` return)."""
     first = results[0]
     if callable(getattr(type(first), "merge", None)):  # e.g. RolloutResult: the type knows how
         return type(first).merge(results)
@@ -49,7 +50,7 @@ def _combine(results: list[Any]) -> Any:
     if isinstance(first, dict):  # metrics: average over ranks
         return {k: float(np.mean([r[k] for r in results if k in r])) for k in first}
     if isinstance(first, tuple):
-        return tuple(_combine([r[i] for r in results]) for i in range(len(first)))
+        return tuple(combine([r[i] for r in results]) for i in range(len(first)))
     return results
 
 
@@ -63,7 +64,7 @@ class Pending:
 
     def result(self) -> Any:
         """Wait for every rank and reassemble (as ``run_shards`` does)."""
-        return _combine(self._collect(self._refs))
+        return combine(self._collect(self._refs))
 
 
 @dataclass(frozen=True)

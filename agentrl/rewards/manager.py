@@ -15,7 +15,7 @@ from typing import Any
 from agentrl.rewards.registry import DEFAULT_METRIC, resolve_scorer
 from agentrl.rewards.scorers import FormatValues, ScoreInput, Scorer
 from agentrl.rewards.structure import RolloutCalls
-from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
+from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity, as_identity
 
 __all__ = ["RewardSettings", "score_batch"]
 
@@ -87,7 +87,7 @@ def score_batch(
     config: Any = None,
     *,
     answers: Sequence[str | None],
-    tools: ToolIdentity = SEARCH_ONLY,
+    tools: ToolIdentity | Sequence[str] = SEARCH_ONLY,
     rollout_calls: Sequence[RolloutCalls] | None = None,
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Score every response; return the scores and per-sample metric lists.
@@ -110,6 +110,7 @@ def score_batch(
         "rollout_calls": rollout_calls,
     }
     _check_lengths(len(responses), columns)
+    tools = as_identity(tools)  # tags alone: tag tools
     scorer_of = _scorers_by_source(RewardSettings.from_config(config))
     scores: list[float] = []
     per_sample: list[dict[str, float]] = []

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 from agentrl.rewards.match import as_gold_list, cover_exact_match, exact_match, f1_score, normalize_answer
 from agentrl.rewards.structure import RolloutCalls, check_format
 from agentrl.rewards.tags import extract_answer
-from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
+from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity, as_identity
 
 __all__ = [
     "MATCH_METRICS",
@@ -66,6 +66,9 @@ class ScoreInput:
     tools: ToolIdentity = field(default=SEARCH_ONLY, kw_only=True)
     rollout_calls: RolloutCalls | None = field(default=None, kw_only=True)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tools", as_identity(self.tools))  # tags alone: tag tools
+
     @property
     def tool_tags(self) -> tuple[str, ...]:
         return self.tools.tags
@@ -85,7 +88,7 @@ class ScoreInput:
         ground_truth: Mapping[str, Any],
         data_source: str = "",
         extra_info: Mapping[str, Any] | None = None,
-        tools: ToolIdentity = SEARCH_ONLY,
+        tools: ToolIdentity | Sequence[str] = SEARCH_ONLY,
     ) -> ScoreInput:
         """A response that did not come from a rollout: its answer is the last complete
         ``<answer>…</answer>`` outside retrieved documents (``extract_answer``), its format
@@ -135,7 +138,7 @@ def answer_metrics(
     response_text: str,
     answer: str | None,
     golds: Sequence[str],
-    tools: ToolIdentity = SEARCH_ONLY,
+    tools: ToolIdentity | Sequence[str] = SEARCH_ONLY,
     *,
     rollout_calls: RolloutCalls | None = None,
 ) -> dict[str, float]:

@@ -27,11 +27,11 @@ tag may differ from its name, a tag tool's name is its tag).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentrl.rewards.tags import parse_response
-from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
+from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity, as_identity
 
 __all__ = ["FormatCheck", "RolloutCalls", "check_format"]
 
@@ -58,12 +58,13 @@ class FormatCheck:
 def check_format(
     response_text: str,
     answer: str | None,
-    tools: ToolIdentity = SEARCH_ONLY,
+    tools: ToolIdentity | Sequence[str] = SEARCH_ONLY,
     rollout_calls: RolloutCalls | None = None,
 ) -> FormatCheck:
     """The format check of one response in the run's tool-call format (module docstring): the text
     under the grammar of ``tools.tags`` when the format's calls are in the text, else
-    ``rollout_calls``; ``calls`` counts every tool of ``tools`` by name."""
+    ``rollout_calls``; ``calls`` counts every tool of ``tools`` by name (tags alone: tag tools)."""
+    tools = as_identity(tools)
     if tools.format.calls_in_text:
         structure = parse_response(response_text, tools.tags)
         information = tuple(b.content for b in structure.blocks if b.tag == "information")

@@ -24,6 +24,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl.config.moved import current_class_path
 from agentrl.config.schema import ToolConfig
 from agentrl.importing import import_object
 from agentrl.tool_identity import FORMAT_TRAITS, ToolIdentity
@@ -75,8 +76,10 @@ def check_tools(configs: Sequence[ToolConfig], tool_format: str = "tags") -> Too
     names: list[str] = []
     claims: Claims[int] = Claims()  # the element that has each tag and name first
     for i, config in enumerate(configs):
-        where = f"actor.rollout.tools[{i}] ({config.class_path})"
-        cls = _tool_class(config.class_path, where)
+        path = current_class_path(config.class_path, f"actor.rollout.tools[{i}].class_path")
+        config = ToolConfig(path, config.options)  # a moved module's old path: checked as the new one
+        where = f"actor.rollout.tools[{i}] ({path})"
+        cls = _tool_class(path, where)
         try:
             check_options(cls, dict(config.options or {}), where)
         except (TypeError, ValueError) as exc:

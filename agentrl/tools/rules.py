@@ -82,10 +82,10 @@ class OptionNames(NamedTuple):
 
 
 def option_names(cls: Any) -> OptionNames | None:
-    """The options ``cls`` takes: its ``options_class``'s fields where it declares one (or its own
-    fields, for an options dataclass), else its constructor's keywords; None where they cannot be
-    known (a builtin without a signature, a constructor that takes any keyword)."""
-    options_class = cls if _is_dataclass_type(cls) else getattr(cls, "options_class", None)
+    """The options ``cls`` takes: its ``options_class``'s fields where it declares one, else its
+    constructor's keywords (a dataclass's ``InitVar`` included); None where they cannot be known (a
+    builtin without a signature, a constructor that takes any keyword)."""
+    options_class = getattr(cls, "options_class", None)
     if options_class is not None:
         if not _is_dataclass_type(options_class):
             raise TypeError(f"{cls.__name__}.options_class must be a dataclass, got {options_class!r}")

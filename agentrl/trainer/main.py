@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.print_config:
             print(to_yaml(config))
             return 0
-        check_tools(config.actor.rollout.tools)
+        check_tools(config.actor.rollout.tools, config.actor.rollout.tool_format)
         check_address(config.resources.ray_address)  # seconds, before the model and data load
     except (ConfigError, ToolConfigError, StartupError) as error:
         return report_error(error, 2)

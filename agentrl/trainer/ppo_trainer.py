@@ -92,18 +92,19 @@ class PPOTrainer:
         step the run resumes from."""
         self.start()
         metrics: dict[str, float] = {}
-        with closing(self.open_tracker()) as tracker, self.progress() as progress:
+        with closing(self.open_tracker()) as tracker:
             self.log_start(tracker, events)
-            done = self.finished()
-            while not done:
-                metrics = self.step()
-                validated = self.validation_due()
-                if validated:
-                    metrics |= self.validate()
-                tracker.log(metrics, self.global_step)
-                progress.update(1)
-                done = self.finished()  # once: the step that ends the run is the one saved
-                self.maybe_save(metrics, validated, done)
+            with self.progress() as progress:
+                done = self.finished()
+                while not done:
+                    metrics = self.step()
+                    validated = self.validation_due()
+                    if validated:
+                        metrics |= self.validate()
+                    tracker.log(metrics, self.global_step)
+                    progress.update(1)
+                    done = self.finished()  # once: the step that ends the run is the one saved
+                    self.maybe_save(metrics, validated, done)
         return metrics
 
     def start(self) -> None:

@@ -1,9 +1,12 @@
-"""Configs written before a module moved still load: the old class path is replaced, with a warning
-naming the key and the new path, and the tools it names run a rollout."""
+"""Configs and code written before the tools moved still work: an old class path is replaced, with a
+warning naming the key and the new path, and the tools it names run a rollout; an old import gives
+the module it moved to."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -18,14 +21,15 @@ from agentrl.config.moved import MOVED_MODULES, current_class_path
 from agentrl.config.schema import ToolConfig
 from agentrl.importing import import_object
 from agentrl.tools.calculator import CalculatorTool
+from agentrl.tools.check import check_tools
 from agentrl.tools.registry import build_tool
 from agentrl.tools.retrieval import PageReaderTool, SearchTool
 
 SAVED = Path(__file__).parent / "saved" / "config_before_tools_moved.yaml"
 NEW_PATHS = [
-    "agentrl.tools.retrieval.SearchTool",
+    "agentrl.tools.retrieval.search.SearchTool",
     "agentrl.tools.calculator:CalculatorTool",  # the saved form (with a colon) is kept
-    "agentrl.tools.retrieval.PageReaderTool",
+    "agentrl.tools.retrieval.page_reader.PageReaderTool",
 ]
 
 
@@ -58,7 +62,7 @@ def test_a_config_saved_before_the_tools_moved_loads_with_a_warning_per_tool_and
     messages = [str(w.message) for w in warned if issubclass(w.category, FutureWarning)]
     assert len(messages) == 3, messages
     assert "actor.rollout.tools[0].class_path 'agentrl.agent.tools.search.SearchTool'" in messages[0]
-    assert "it is now 'agentrl.tools.retrieval.SearchTool'" in messages[0]
+    assert "it is now 'agentrl.tools.retrieval.search.SearchTool'" in messages[0]
     assert "actor.rollout.tools[2].class_path" in messages[2] and NEW_PATHS[2] in messages[2]
     # the run's own config.yaml is written with the new paths: it loads without a warning
     with warnings.catch_warnings():
@@ -117,3 +121,27 @@ def test_a_path_that_did_not_move_is_returned_as_it_is_without_a_warning():
 @pytest.mark.parametrize("old", sorted(MOVED_MODULES))
 def test_every_moved_module_names_a_module_that_imports(old):
     import_object(f"{MOVED_MODULES[old]}:__name__", "moved module")
+
+
+def test_the_drivers_tool_check_reads_an_old_path_as_the_new_one():
+    with pytest.warns(FutureWarning, match=r"actor.rollout.tools\[1\].class_path"):
+        tools = check_tools([ToolConfig(), ToolConfig("agentrl.agent.tools.calculator.CalculatorTool")])
+    assert tools.tags == ("search", "calculate")
+
+
+def test_a_users_tool_module_importing_the_old_modules_gets_the_new_ones_with_a_warning(monkeypatch):
+    import agentrl.tools.retrieval.search as search_module
+    from agentrl.tools.base import ToolResult
+
+    for old_module in ("agentrl.agent.tools", "agentrl.agent.tools.search"):  # imported afresh
+        monkeypatch.delitem(sys.modules, old_module, raising=False)
+    with pytest.warns(FutureWarning) as warned:
+        old = importlib.import_module("agentrl.agent.tools.search")
+    said = [str(w.message) for w in warned]
+    assert any("import of 'agentrl.agent.tools' " in s and "it is now 'agentrl.tools'" in s for s in said)
+    assert any("'agentrl.agent.tools.search'" in s and "'agentrl.tools.retrieval.search'" in s for s in said)
+    assert old is search_module and old.format_documents is search_module.format_documents
+    package = sys.modules["agentrl.agent.tools"]
+    assert package.ToolResult is ToolResult and package.ToolSpec is not None
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("agentrl.agent.tools.no_such_module")

@@ -129,3 +129,14 @@ def test_calls_are_counted_under_the_tools_names_in_both_formats_whatever_their_
     assert out.metrics["tool_calls/lookup"] == 1.0 and "tool_calls/lk" not in out.metrics
     with pytest.raises(ValueError, match="one name per tag"):
         ToolIdentity(("search", "lk"), ("lookup",))
+
+
+def test_tags_alone_are_read_as_tag_tools_in_the_tags_format_as_before_the_identity_existed():
+    call = "<lookup>Zorvia</lookup><information>Quenby</information>"
+    response = f"<think>t</think>{call}<think>t</think><answer>Quenby</answer>"
+    assert check_format(response, "Quenby", ("search", "lookup")) == check_format(
+        response, "Quenby", TAG_TOOLS
+    )
+    assert ScoreInput.from_text(response, GT, tools=["search", "lookup"]).tools == TAG_TOOLS
+    with pytest.raises(TypeError, match="a ToolIdentity or a sequence of tags"):
+        check_format(response, "Quenby", "search")

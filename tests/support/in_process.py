@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentrl.cluster.group import combine
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.roles import Roles, role_specs
 
@@ -51,7 +52,8 @@ class InProcessGroup:
         return self.run_rank0(method, shard, *args, **kwargs)
 
     def submit_chunks(self, method: str, items: Sequence[Any], *args: Any, **kwargs: Any) -> Collected:
-        return Collected(self.run_rank0(method, items, *args, first_index=0, **kwargs))
+        # reassembled as the Ray group reassembles its ranks' results, one rank's too
+        return Collected(combine([self.run_rank0(method, items, *args, first_index=0, **kwargs)]))
 
     def shutdown(self) -> None:
         self.worker.shutdown()
@@ -66,6 +68,9 @@ def in_process_roles(trainer: PPOTrainer) -> Roles:
         raise ValueError("in-process roles are one rank each: resources.strategy must be dp")
     use_reference_worker = trainer.use_reference and not trainer.reference_in_actor
     specs = role_specs(config, trainer.context, trainer.use_critic, use_reference_worker)
+    several = [f"{spec.role}: {spec.world_size}" for spec in specs if spec.world_size != 1]
+    if several:
+        raise ValueError(f"in-process roles are one rank each; this run asks for more ({', '.join(several)})")
     return Roles.of(
         {spec.role: InProcessGroup(spec.role, spec.cls(spec.section, trainer.context)) for spec in specs}
     )

@@ -1,7 +1,7 @@
 """The one place tests start and stop the driver's local Ray cluster.
 
 A test that needs Ray asks for a cluster of the resources it means (``local_ray(cpus, gpus)``):
-the cluster already running is kept when it has exactly those (a Ray start is ~3.5 s here), and
+the cluster already running is kept when it has exactly those (a Ray start costs seconds), and
 replaced when it has not. The session ends with none running. A trainer started in a test joins
 the running cluster (``cluster.join.join_cluster`` leaves an initialised Ray as it is), so the
 cluster's size is the test's choice, not the config's.

@@ -1,9 +1,9 @@
 """The PPO driver's logic on a tiny real model and a real retriever, its roles in this process.
 
-Critic-free GRPO and checkpoint ranking, dynamic sampling, one-step-off with truncated importance
-weights, a diverged run, and learning itself do not depend on where the workers run: the real
-workers answer in this process (``support.in_process``), without Ray. Ray's wiring is
-``test_ppo_trainer.py``'s.
+Critic-free GRPO and checkpoint ranking, dynamic sampling, a diverged run, and learning itself do
+not depend on where the workers run: the real workers answer in this process
+(``support.in_process``), without Ray. Ray's wiring is ``test_ppo_trainer.py``'s, one-step-off
+with its rollout in flight during the update included.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ import json
 import math
 
 import pytest
-import torch
 from support.in_process import run_in_process
 from support.ppo_runs import REQUIRED_METRICS, read_metrics, run
+from test_old_log_prob_source import grpo_trainer
 
 from agentrl.config import load_config
+from agentrl.models.update import NonFiniteLossError
 from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
+from agentrl.trainer.roles import Roles
 
 
 def test_grpo_three_steps_builds_no_critic_skips_the_old_log_prob_pass_and_keeps_its_best_checkpoint(
@@ -82,42 +84,6 @@ def test_grpo_with_dynamic_sampling_draws_rounds_keeps_the_batch_size_and_logs_t
     assert trainer.loader.state_dict()["position"] == sum(r["dynamic_sampling/rounds"] for r in rows)
 
 
-def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_importance_weights(
-    search_world, tmp_path
-):
-    run_dir = tmp_path / "off"
-    _, before, after = run(
-        "grpo",
-        search_world.overrides(
-            run_dir,
-            steps=3,
-            **{
-                "actor.rollout.n": 2,
-                "actor.update.mini_batch_size": 8,
-                "trainer.one_step_off_policy": True,
-                "trainer.save_freq": 1,
-                "trainer.test_freq": 2,  # validation while the next rollout is in flight
-            },
-        ),
-        in_process=True,
-    )
-    rows = read_metrics(run_dir)
-    assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
-    assert "val/all/em" in rows[1]
-    # Step 2's checkpoint resumes before the prompts of the rollout then in flight (batch 3).
-    state = torch.load(run_dir / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
-    assert state["loader"]["position"] == 2
-    # The first rollout used the current weights; the later ones the weights before the last update.
-    assert rows[0]["rollout/logprob_diff"] < 1e-3
-    assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
-    for row in rows:
-        assert {"tis/weight_mean", "tis/truncated_frac", "timing_s/gen_wait"} <= row.keys()
-        assert "timing_s/gen" not in row, "the generation itself overlapped the previous update"
-        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
-    assert all("timing_s/weight_sync" in r for r in rows[:2]) and "timing_s/weight_sync" not in rows[2]
-    assert after["actor"] != before["actor"]
-
-
 def test_reward_goes_up_on_an_easy_task(search_world, tmp_path):
     run_dir = tmp_path / "easy"
     overrides = search_world.overrides(
@@ -156,3 +122,22 @@ def test_nan_reward_stops_the_run_naming_step_and_metric_without_a_checkpoint(se
     with pytest.raises(TrainingDiverged, match=r"step 1: critic/loss is nan; no checkpoint written"):
         run_in_process(trainer)
     assert CheckpointManager(run_dir).complete_checkpoints() == []
+
+
+class DivergedOnRay:
+    """An actor group whose update fails as a Ray worker's does: the worker's own error wrapped in
+    Ray's ``RayTaskError`` (its ``cause``)."""
+
+    world_size = 1
+
+    def run_shards(self, method: str, shards: list) -> dict:
+        from ray.exceptions import RayTaskError
+
+        raise RayTaskError(method, "Traceback (in the worker)", NonFiniteLossError("actor/loss is nan"))
+
+
+def test_a_non_finite_loss_raised_in_a_ray_worker_stops_the_run_as_diverged(tiny_model_dir, tmp_path):
+    trainer = grpo_trainer(tiny_model_dir, tmp_path, skip_old_log_prob=True)
+    trainer.roles = Roles(actor=DivergedOnRay(), critic=None, reference=None, reward=None)
+    with pytest.raises(TrainingDiverged, match=r"^step 1: actor/loss is nan; no checkpoint written$"):
+        trainer.update_role("actor", "update_actor", batch=None)  # one rank: the batch is passed as is

@@ -1,4 +1,5 @@
-"""The PPO trainer end to end: tiny real model, real retriever server, real Ray."""
+"""The PPO trainer end to end on Ray: tiny real model, real retriever server (the dp resume runs its
+roles in-process)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,43 @@ def test_ppo_on_two_colocated_ranks_logs_finite_metrics_trains_only_the_actor_an
     assert rows[0]["rollout/logprob_diff"] < 1e-3, (
         "engine and trainer log-probs of the same weights must agree"
     )
+
+
+def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_importance_weights(
+    search_world, tmp_path
+):
+    # On Ray: the actor serves the update's calls while the next rollout generates on it
+    no_ray()  # the run sizes its own cluster
+    run_dir = tmp_path / "off"
+    _, before, after = run(
+        "grpo",
+        search_world.overrides(
+            run_dir,
+            steps=3,
+            **{
+                "actor.rollout.n": 2,
+                "actor.update.mini_batch_size": 8,
+                "trainer.one_step_off_policy": True,
+                "trainer.save_freq": 1,
+                "trainer.test_freq": 2,  # validation while the next rollout is in flight
+            },
+        ),
+    )
+    rows = read_metrics(run_dir)
+    assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+    assert "val/all/em" in rows[1]
+    # Step 2's checkpoint resumes before the prompts of the rollout then in flight (batch 3).
+    state = torch.load(run_dir / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
+    assert state["loader"]["position"] == 2
+    # The first rollout used the current weights; the later ones the weights before the last update.
+    assert rows[0]["rollout/logprob_diff"] < 1e-3
+    assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
+    for row in rows:
+        assert {"tis/weight_mean", "tis/truncated_frac", "timing_s/gen_wait"} <= row.keys()
+        assert "timing_s/gen" not in row, "the generation itself overlapped the previous update"
+        assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
+    assert all("timing_s/weight_sync" in r for r in rows[:2]) and "timing_s/weight_sync" not in rows[2]
+    assert after["actor"] != before["actor"]
 
 
 def _trainer_state(path: Path) -> dict:
@@ -148,10 +186,11 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_
     partial = run_dir / "checkpoints" / ".step_2.partial"
     assert partial.exists() and not (partial / "COMPLETE").exists()
 
+    logged = len(read_metrics(run_dir))  # what the killed run logged: step 1, perhaps step 2
     trainer, _, _ = run("ppo", args, in_process=not strategy)  # resume_mode=auto: from step 1
     assert trainer.global_step == 3
     assert [step for step, _ in manager.complete_checkpoints()] == [2, 3]
-    assert [r["step"] for r in read_metrics(run_dir)][-2:] == [2, 3]
+    assert [r["step"] for r in read_metrics(run_dir)[logged:]] == [2, 3], "the resumed run logs steps 2, 3"
     for step in (2, 3):
         assert _batch(straight, step) == _batch(run_dir, step), f"step {step}'s batch differs after resume"
     a, b = _final_actor_weights(straight), _final_actor_weights(run_dir)

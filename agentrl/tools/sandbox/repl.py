@@ -2,11 +2,11 @@
 
 This file runs as a script (``python -I repl.py CONFIG_JSON``) in the process the
 host started for one session (``process.py``), inside whatever isolation the host
-chose (``sandbox.py``). It imports the standard library only, so it runs under any Python.
+chose (``isolation.py``). It imports the standard library only, so it runs under any Python.
 In order, before any of the policy's code runs:
 
 1. **mounts** (``unshare`` level only; bubblewrap does its own): an empty tmpfs over each
-   directory of the host's ``sandbox.MountPlan`` (``/tmp`` and the other shared temporary
+   directory of the host's ``isolation.MountPlan`` (``/tmp`` and the other shared temporary
    directories, the directory of every session's working directory, any directory the
    sandbox user cannot enter on the way to the interpreter, such as ``/root`` above a
    pyenv), the interpreter's own directories bound back into them, the working directory a
