@@ -1,4 +1,4 @@
-# The two commands of the README:  make quickstart   and   make test
+# The two commands of the README:  make quickstart   and   make test (~13 min on 2 cores: tests/README.md)
 # Both create the virtual environment themselves (Python 3.10+ with pip is all a machine needs).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -28,7 +28,7 @@ quickstart: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-# The fast subset (no Ray end-to-end runs, quickstart, vLLM or shared-corpus indexes): ~1 min.
+# The fast subset (no Ray end-to-end runs, quickstart, vLLM or shared-corpus indexes): ~3 min on 2 cores.
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
