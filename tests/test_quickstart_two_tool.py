@@ -232,12 +232,12 @@ def test_the_two_tool_short_profile_runs_end_to_end(tmp_path, monkeypatch):
     """The smoke run: every phase, hermes with both tools, the per-kind report. Its PPO runs its
     roles in this process (``support.in_process``): the quickstart's own run on Ray is
     ``test_quickstart.py``'s, and hermes tools in Ray workers ``trainer/test_tools_end_to_end.py``'s."""
-    from support.in_process import in_process_roles
+    from support.in_process import start_in_process
 
     from agentrl.quickstart import PHASES, run_quickstart
     from agentrl.trainer.ppo_trainer import PPOTrainer
 
-    monkeypatch.setattr(PPOTrainer, "init_workers", lambda self: self.take_roles(in_process_roles(self)))
+    monkeypatch.setattr(PPOTrainer, "init_workers", start_in_process)
     out = tmp_path / "qs"
     result = run_quickstart(out, TWO_TOOL_SHORT, seed=0)
     assert list(result.seconds) == list(PHASES)

@@ -32,7 +32,7 @@ from agentrl.models.optim import build_optimizer
 from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharded_state, shard_model
 from agentrl.models.update import GradientSync, LossFn, ProcessGroupSync, SingleProcess, optimizer_step
 from agentrl.seeding import rng_state, seed_everything, set_rng_state
-from agentrl.tool_identity import SEARCH_ONLY, ToolIdentity
+from agentrl.tool_identity import FORMAT_TRAITS, SEARCH_ONLY, ToolIdentity
 from agentrl.workers.os_memory import process_memory_gib, release_free_heap
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)  # fsdp: FSDP2 shards (models/sharding.py)
@@ -62,9 +62,12 @@ class RunContext:
     rendezvous_timeout_s: float = 120.0  # resources.rendezvous_timeout_s: how long ranks wait to meet
 
     @classmethod
-    def from_config(cls, config: ExperimentConfig, tools: ToolIdentity = SEARCH_ONLY) -> RunContext:
+    def from_config(cls, config: ExperimentConfig, tools: ToolIdentity | None = None) -> RunContext:
         """``tools``: the identity of ``config.actor.rollout.tools`` from the driver's check of them
-        (``tools.check.check_tools``)."""
+        (``tools.check.check_tools``); without it, the default search tool in the config's
+        ``actor.rollout.tool_format``."""
+        if tools is None:
+            tools = ToolIdentity.of_tags(SEARCH_ONLY.tags, FORMAT_TRAITS[config.actor.rollout.tool_format])
         return cls(
             seed=config.seed,
             device=config.trainer.device,

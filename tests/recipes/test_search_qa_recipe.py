@@ -11,7 +11,7 @@ import json
 import shutil
 
 import pytest
-from support.in_process import in_process_roles
+from support.in_process import start_in_process
 
 from agentrl.recipes import search_qa_report
 from agentrl.recipes.search_qa import TINY, main, run_phases
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow  # three short RL runs and five evaluation cells o
 @pytest.fixture(scope="module", autouse=True)
 def in_process_rl():
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PPOTrainer, "init_workers", lambda self: self.take_roles(in_process_roles(self)))
+        patch.setattr(PPOTrainer, "init_workers", start_in_process)
         yield
 
 

@@ -1,8 +1,8 @@
 """A run's roles in the test's own process: the real workers behind the worker groups' calls, no Ray.
 
-The driver's logic (dynamic sampling, one-step-off and its importance weights, a diverged step,
-π_old from the update's forward, learning itself) does not depend on where the workers run, so it
-is tested with ``trainer.take_roles(in_process_roles(trainer))`` instead of a Ray cluster: the same
+The driver's logic (dynamic sampling, checkpoint ranking, a diverged step, π_old from the
+update's forward, learning itself) does not depend on where the workers run, so it
+is tested with ``start_in_process(trainer)`` instead of a Ray cluster: the same
 ``role_specs`` the trainer starts, each a real worker of one rank (``resources.strategy=dp``).
 Ray's wiring (placement, several ranks, FSDP, lost nodes) keeps its own end-to-end tests.
 """
@@ -76,9 +76,15 @@ def in_process_roles(trainer: PPOTrainer) -> Roles:
     )
 
 
+def start_in_process(trainer: PPOTrainer) -> None:
+    """``trainer``'s roles started in this process: what ``PPOTrainer.init_workers`` does on Ray (to
+    set as a trainer's ``init_workers``, or patch over the class's)."""
+    trainer.take_roles(in_process_roles(trainer))
+
+
 def run_in_process(trainer: PPOTrainer) -> dict[str, float]:
     """``trainer.fit()`` on in-process roles; the workers are shut down after."""
-    trainer.init_workers = lambda: trainer.take_roles(in_process_roles(trainer))
+    trainer.init_workers = lambda: start_in_process(trainer)
     try:
         return trainer.fit()
     finally:

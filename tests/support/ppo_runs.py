@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agentrl.config import load_config
 from agentrl.trainer.ppo_trainer import PPOTrainer
-from support.in_process import in_process_roles
+from support.in_process import start_in_process
 
 REQUIRED_METRICS = [
     "actor/pg_loss",
@@ -56,7 +56,7 @@ def run(preset: str, overrides: list[str], in_process: bool = False) -> tuple[PP
     this process (``support.in_process``)."""
     trainer = PPOTrainer(load_config(preset, overrides))
     if in_process:
-        trainer.take_roles(in_process_roles(trainer))
+        start_in_process(trainer)
     else:
         trainer.init_workers()
     before = {"actor": trainer.roles.actor.run_all("weight_checksum")[0]}

@@ -18,7 +18,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).res
 
 from agentrl.config import load_config  # noqa: E402
 from agentrl.trainer.ppo_trainer import PPOTrainer  # noqa: E402
-from support.in_process import in_process_roles  # noqa: E402
+from support.in_process import start_in_process  # noqa: E402
 
 
 class SlowCheckpointTrainer(PPOTrainer):
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     assert flag == "--preset", "usage: STEP SECONDS [--in-process] --preset NAME key=value ..."
     trainer = SlowCheckpointTrainer(load_config(preset, overrides), int(step), float(seconds))
     if in_process:
-        trainer.init_workers = lambda: trainer.take_roles(in_process_roles(trainer))
+        trainer.init_workers = lambda: start_in_process(trainer)
     try:
         trainer.fit()
     finally:

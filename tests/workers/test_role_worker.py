@@ -33,3 +33,15 @@ def test_a_role_that_does_not_say_how_to_build_itself_is_refused_by_name():
 
     with pytest.raises(NotImplementedError, match="Nameless builds itself from its section in _setup"):
         Nameless(None, CONTEXT)
+
+
+def test_a_run_context_without_a_checked_tool_identity_takes_the_configs_tool_format():
+    from agentrl.config.schema import ExperimentConfig
+    from agentrl.tool_identity import HERMES, TAGS, ToolIdentity
+
+    config = ExperimentConfig()
+    assert RunContext.from_config(config).tools == ToolIdentity(("search",), ("search",), TAGS)
+    config.actor.rollout.tool_format = "hermes"
+    assert RunContext.from_config(config).tools.format is HERMES
+    checked = ToolIdentity(("search", "lk"), ("search", "lookup"), HERMES)
+    assert RunContext.from_config(config, checked).tools is checked
