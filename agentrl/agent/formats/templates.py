@@ -12,7 +12,9 @@ template cannot render tools (SmolLM2's, the tiny models'), and is used only whe
 tokenizer when a format is built: the template renders ``tools=``
 (``check_renders_tools``), an assistant turn ends with the eos token (``end_of_turn``), and
 rendering a longer conversation does not rewrite the turns before it
-(``check_keeps_earlier_turns``), which Qwen3-style templates do to earlier ``<think>`` blocks.
+(``earlier_turns_rewritten``), which Qwen3-style templates do to earlier ``<think>`` blocks:
+such a template makes the rollout re-render the conversation before each turn (a new step
+when the render does not extend the tokens before it), unless ``keep_thinking``.
 """
 
 from __future__ import annotations
@@ -181,8 +183,8 @@ def _first_difference(a: str, b: str) -> str:
     return f"at character {i}: {a[max(0, i - 20) : i + 30]!r} becomes {b[max(0, i - 20) : i + 30]!r}"
 
 
-def check_keeps_earlier_turns(chat: ChatRenderer, eot: str) -> None:
-    """Refuse a template whose render of a longer conversation rewrites the turns before it.
+def earlier_turns_rewritten(chat: ChatRenderer, eot: str) -> str | None:
+    """How the template rewrites the turns before the last one, or None when it keeps them.
 
     A trajectory's tokens are the generation prompt, the sampled turn, the observation, the
     next sampled turn, …; they match the template's render of the whole conversation only if
@@ -204,17 +206,7 @@ def check_keeps_earlier_turns(chat: ChatRenderer, eot: str) -> None:
         turn_end = one.find(eot, at) + len(eot) if at >= 0 and eot in one[at:] else len(one)
         one_turn = one[:turn_end]
         if not one.startswith(prompt):
-            problem = (
-                f"the generation prompt is not how it renders {label} ({_first_difference(prompt, one)})"
-            )
-        elif not two.startswith(one_turn):
-            problem = (
-                f"{label} renders differently once a turn follows it ({_first_difference(one_turn, two)})"
-            )
-        else:
-            continue
-        raise FormatError(
-            f"the chat template rewrites earlier turns: {problem}, so a trajectory's tokens would not be "
-            "the template's render of its conversation. Set actor.rollout.keep_thinking=true to train on the "
-            "turns as sampled (the rollout never re-renders them), or actor.rollout.chat_template=hermes"
-        )
+            return f"the generation prompt is not how it renders {label} ({_first_difference(prompt, one)})"
+        if not two.startswith(one_turn):
+            return f"{label} renders differently once a turn follows it ({_first_difference(one_turn, two)})"
+    return None
