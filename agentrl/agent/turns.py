@@ -224,6 +224,10 @@ class TrajectoryState:
             return False
         self.traj.append(obs.ids, Segment.OBSERVATION)
         if self.history is not None:
-            read = [ToolMessage(m.name, c) for m, c in zip(messages, obs.contents, strict=True)] if obs.contents else messages
+            read = (
+                [ToolMessage(m.name, c) for m, c in zip(messages, obs.contents, strict=True)]
+                if obs.contents
+                else messages
+            )
             self.history.add_observation(obs.ids, read, turn_closed=turn_closed, final_turn=self.final_turn)
         return True

@@ -192,6 +192,15 @@ class CriticConfig:
 
 
 @dataclass
+class TurnRewardConfig:
+    """Rule rewards for single turns, each on its turn's last sampled token (``rewards/turns.py``)."""
+
+    search_hit: float = 0.0  # the first turn whose search results contain a gold answer
+    search_tools: list[str] = field(default_factory=lambda: ["search"])  # tools that count as searches
+    malformed_call: float = 0.0  # per malformed call of a turn (negative: a penalty)
+
+
+@dataclass
 class RewardConfig:
     scorer: str | None = None  # "pkg.module:function"; None uses the registry by data_source
     format_score: bool = False  # score the tag structure too (see agentrl.rewards)
@@ -206,6 +215,7 @@ class RewardConfig:
     # at the budget; 0 tokens: off
     overlong_buffer: int = 0
     overlong_penalty_factor: float = 1.0
+    turn: TurnRewardConfig = field(default_factory=TurnRewardConfig)  # rewards per turn (0: none)
     reward_model_path: str | None = None  # optional learned reward model (scalar head)
     micro_batch_size: int = 4  # sequences per forward of the reward model
 

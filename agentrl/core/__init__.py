@@ -17,7 +17,6 @@ from agentrl.core.advantages import (
     compute_reinforce_pp_advantages,
     compute_rloo_advantages,
     get_advantage_estimator,
-    place_score_on_last_token,
 )
 from agentrl.core.batch import Batch
 from agentrl.core.kl_control import AdaptiveKLController, FixedKLController, build_kl_controller
@@ -30,6 +29,7 @@ from agentrl.core.losses import (
     value_loss,
 )
 from agentrl.core.masked import last_true_index, masked_mean, masked_sum, masked_var, masked_whiten
+from agentrl.core.placement import place_score_on_last_token
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

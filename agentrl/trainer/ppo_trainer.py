@@ -19,7 +19,7 @@ from agentrl.agent.generation import RolloutResult, prompt_encoder
 from agentrl.cluster.sharding import mini_batch_shards
 from agentrl.config.loader import to_yaml
 from agentrl.config.schema import ExperimentConfig
-from agentrl.core.advantages import get_advantage_estimator, place_score_on_last_token
+from agentrl.core.advantages import get_advantage_estimator
 from agentrl.core.batch import Batch
 from agentrl.core.kl_control import build_kl_controller
 from agentrl.models.loading import load_tokenizer
@@ -34,6 +34,7 @@ from agentrl.trainer.roles import Roles, start_roles
 from agentrl.trainer.shaping import (
     advantages_and_returns,
     kl_penalised_rewards,
+    outcome_on_last_tokens,
     overlong_filtered_mask,
     stale_rollout_weights,
 )
@@ -194,7 +195,7 @@ class PPOTrainer:
                     else self.roles.reference.run_sharded("compute_log_prob", batch)
                 )
         algo = self.config.algorithm
-        batch["token_level_scores"] = place_score_on_last_token(batch["scores"], batch["response_mask"])
+        batch["token_level_scores"] = outcome_on_last_tokens(batch)
         kl_anchor = self.use_reference and self.context.old_log_prob_source == "recomputed"
         batch["token_level_rewards"], metrics = kl_penalised_rewards(batch, self.kl_ctrl, algo, kl_anchor)
         with timer("adv"):

@@ -1,8 +1,9 @@
 """From scores to what the update trains on, on the driver: token rewards, advantages, masks, weights.
 
 Stage 2's arithmetic once the roles have filled the batch (π_old, values, π_ref): the score put
-on the last model token and the KL penalty in the reward, the advantage estimator (whitened for
-a critic), DAPO's overlong filter, and one-step-off's truncated importance weights.
+on the last model token of the trajectory's last step and the KL penalty in the reward, the
+advantage estimator (whitened for a critic) with the trajectories' steps and their turn rewards,
+DAPO's overlong filter, and one-step-off's truncated importance weights.
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from agentrl.core.kl_control import KLController
 from agentrl.core.losses import kl_in_reward, truncated_importance_weights
 from agentrl.core.masked import masked_mean, masked_whiten
 from agentrl.core.overlong import overlong_loss_mask, overlong_rows
+from agentrl.core.placement import place_score_on_last_token
+
+
+def outcome_on_last_tokens(batch: Batch) -> torch.Tensor:
+    """token_level_scores: each trajectory's score on the last model token of its last step."""
+    last_step = torch.tensor([bool(x) for x in batch["last_step"]]) if "last_step" in batch else None
+    return place_score_on_last_token(batch["scores"], batch["response_mask"], last_step)
 
 
 def kl_penalised_rewards(
@@ -43,7 +51,14 @@ def advantages_and_returns(
     batch: Batch, estimator: AdvantageEstimator, algo: AlgorithmConfig, use_critic: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The estimator's advantages and returns of the token rewards (GAE with the critic's values,
-    or a group estimator over ``group_id``); a critic's advantages whitened when asked."""
+    or a group estimator over ``group_id``); a critic's advantages whitened when asked.
+
+    A batch whose trajectories span several rows (steps) gives the estimator their layout
+    (``uid``, ``step_index``); one with turn rewards (``turn_scores``, not all 0) gives it
+    those and where the turns end. Neither: exactly the one-row-per-trajectory arithmetic."""
+    stepped = "num_steps" in batch and max(batch["num_steps"], default=1) > 1
+    turns = batch.get("turn_scores")
+    with_turns = turns is not None and bool(turns.abs().sum() > 0)
     inputs = AdvantageInputs(
         token_level_rewards=batch["token_level_rewards"],
         mask=batch["response_mask"],
@@ -52,6 +67,10 @@ def advantages_and_returns(
         gamma=algo.gamma,
         lam=algo.lam,
         norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+        trajectory_ids=list(batch["uid"]) if stepped else None,
+        step_index=torch.tensor(list(batch["step_index"])) if stepped else None,
+        turn_rewards=turns if with_turns else None,
+        turn_ends=batch["response_turn_ends"] if with_turns else None,
     )
     advantages, returns = estimator.fn(inputs)
     if use_critic and algo.whiten_advantages:

@@ -28,6 +28,7 @@ from agentrl.trainer.group_filter import Scored, fill_groups, signal_metrics
 from agentrl.trainer.roles import Roles
 from agentrl.trainer.rollout_ahead import RolloutAhead
 from agentrl.trainer.step_metrics import StepTimer
+from agentrl.workers.reward import turn_scores
 
 __all__ = ["StepSampler"]
 
@@ -130,7 +131,8 @@ class StepSampler:
         batch = self.collate(rollout.trajectories)
         with timer("reward"):
             batch["scores"], reward_metrics = self.roles.reward.run_rank0("compute_scores", batch)
-        return Scored(rollout, batch, reward_metrics)
+            batch["turn_scores"], turn_metrics = turn_scores(batch, self.config.reward)
+        return Scored(rollout, batch, reward_metrics | turn_metrics)
 
     def signal(self, scored: Scored) -> dict[str, float]:
         """The signal metrics of one scored rollout (``group_filter.signal_metrics``)."""

@@ -12,6 +12,12 @@ rollout's per-row counts, the batch's ``tool_calls_invalid``), whichever scores 
 ``reward.overlong_buffer`` (> 0) adds DAPO's soft overlong punishment to every score
 (``core.overlong.soft_overlong_penalty`` of the response's length against
 ``data.max_response_length``), whichever scores it.
+
+Turn rewards (``turn_scores``, computed on the driver: rule arithmetic on the rollout's
+record, whichever worker scores the outcome): each turn's reward, the tools' own
+(``ToolResult.reward``) plus the rules of ``reward.turn`` (``rewards/turns.py``), placed on
+that turn's last sampled token in the row (step) that holds it, with
+``reward/turn_reward/turn_<k>`` the mean reward of turn k over the trajectories that have it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from agentrl.models.forward import no_grad_over_micro_batches
 from agentrl.models.layout import trim_padding
 from agentrl.models.loading import build_value_model
 from agentrl.rewards import RolloutCalls, score_batch
+from agentrl.rewards.turns import rule_turn_rewards
 from agentrl.workers.base import RoleWorker
 
 
@@ -70,6 +77,35 @@ def rollout_calls(batch: Batch) -> list[RolloutCalls]:
         raise KeyError(f"the format check needs the batch's {missing} (agentrl.agent.collate)")
     rows = zip(*(batch[name] for name in fields), strict=True)
     return [RolloutCalls(dict(calls), dict(invalid), tuple(outputs)) for calls, invalid, outputs in rows]
+
+
+def turn_scores(batch: Batch, reward: RewardConfig) -> tuple[torch.Tensor, dict[str, float]]:
+    """(B, R) float: each turn's reward on its last sampled token (module docstring), and its
+    metrics by turn index."""
+    rules = reward.turn
+    out = torch.zeros(batch["responses"].shape, dtype=torch.float32)
+    by_turn: dict[int, list[float]] = {}
+    fields = ("turn_rewards", "calls", "ground_truth", "step_turns", "step_turn_ends")
+    rows = zip(*(batch[name] for name in fields), strict=True)
+    for i, (tools, calls, ground_truth, turns, ends) in enumerate(rows):
+        per_turn = list(tools)
+        if rules.search_hit or rules.malformed_call:
+            rule = rule_turn_rewards(
+                calls,
+                len(per_turn),
+                ground_truth,
+                search_hit=rules.search_hit,
+                search_tools=rules.search_tools,
+                malformed_call=rules.malformed_call,
+            )
+            per_turn = [a + b for a, b in zip(per_turn, rule, strict=True)]
+        for turn, end in zip(turns, ends, strict=True):
+            out[i, end] = per_turn[turn]
+        if batch["last_step"][i]:
+            for k, value in enumerate(per_turn):
+                by_turn.setdefault(k, []).append(value)
+    metrics = {f"reward/turn_reward/turn_{k}": float(np.mean(v)) for k, v in sorted(by_turn.items())}
+    return out, metrics
 
 
 class RuleRewardWorker(RoleWorker):

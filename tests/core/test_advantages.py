@@ -16,8 +16,8 @@ from agentrl.core.advantages import (
     compute_rloo_advantages,
     get_advantage_estimator,
     group_ties,
-    place_score_on_last_token,
 )
+from agentrl.core.placement import place_score_on_last_token
 
 
 def test_gae_hand_computed_three_tokens():

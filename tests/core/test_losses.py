@@ -173,8 +173,8 @@ def test_entropy_and_log_probs_from_logits():
 
 
 def test_kl_in_the_reward_is_subtracted_on_model_tokens_only_and_the_score_sits_on_the_last_model_token():
-    from agentrl.core.advantages import place_score_on_last_token
     from agentrl.core.losses import kl_in_reward
+    from agentrl.core.placement import place_score_on_last_token
 
     # row 0: model, model, observation, observation, model, padding; row 1: model, padding...
     mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]])

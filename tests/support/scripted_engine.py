@@ -130,7 +130,10 @@ class RecordingEngine:
 
 
 def assert_rollout_invariants(trajs, engine: ScriptedEngine | RecordingEngine, tokenizer) -> Batch:
-    """Masks and ids are exactly what the engine sampled and what the manager inserted."""
+    """Masks and ids are exactly what the engine sampled and what the manager inserted, in
+    every step of every trajectory (``collate``'s rows, one per step, in order): each model span
+    was sampled from exactly its step's prompt and the response before it, every sampled token
+    is in exactly one step's loss, and a closed step ends with a sampled token."""
     info_open = tokenizer.convert_tokens_to_ids("<information>")
     info_close = tokenizer.convert_tokens_to_ids("</information>")
     sampled: dict[tuple[int, ...], list[GenerationResult]] = {}  # n copies share their first context
@@ -139,30 +142,41 @@ def assert_rollout_invariants(trajs, engine: ScriptedEngine | RecordingEngine, t
     batch = collate(trajs, tokenizer.pad_token_id, tokenizer)
     mask, segs = batch["response_mask"], batch["response_segments"]
     assert int(mask.sum()) == sum(len(c.result.token_ids) for c in engine.calls)
-    for i, t in enumerate(trajs):
-        n = len(t.response_ids)
-        assert len(t.segments) == len(t.log_probs) == n
+    rows = [(t, k, step) for t in trajs for k, step in enumerate(t.all_steps)]
+    assert len(rows) == len(batch)
+    for i, (t, k, step) in enumerate(rows):
+        n = len(step.response_ids)
+        assert len(step.segments) == len(step.log_probs) == n
+        assert (
+            batch["prompts"][i, batch["prompts"].shape[1] - len(step.prompt_ids) :].tolist()
+            == step.prompt_ids
+        )
         assert torch.all(mask[i, n:] == 0) and torch.all(segs[i, n:] == Segment.PADDING)
+        if k < t.num_steps - 1:
+            assert step.segments and step.segments[-1] == Segment.MODEL
+        assert [step.segments[end] for end in step.turn_ends] == [Segment.MODEL] * len(step.turns)
         # every model span is exactly one engine result, sampled from exactly this context
-        for seg, start, end in t.segment_spans:
+        for seg, start, end in step.segment_spans:
             if seg == Segment.MODEL:
-                candidates = sampled[tuple(t.prompt_ids + t.response_ids[:start])]
-                result = next(r for r in candidates if r.token_ids == t.response_ids[start:end])
+                candidates = sampled[tuple(step.prompt_ids + step.response_ids[:start])]
+                result = next(r for r in candidates if r.token_ids == step.response_ids[start:end])
                 candidates.remove(result)  # each sampled continuation is used exactly once
-                assert t.log_probs[start:end] == pytest.approx(result.log_probs)
+                assert step.log_probs[start:end] == pytest.approx(result.log_probs)
                 assert torch.all(mask[i, start:end] == 1)
             else:
                 assert torch.all(mask[i, start:end] == 0)
-                assert all(lp == 0.0 for lp in t.log_probs[start:end])
+                assert all(lp == 0.0 for lp in step.log_probs[start:end])
         # everything from an inserted <information> to its </information> is masked (a policy
         # may also *write* those tags itself: those are sampled tokens, checked above)
         inside = False
-        for pos, tok in enumerate(t.response_ids):
-            if tok == info_open and t.segments[pos] == Segment.OBSERVATION:
+        for pos, tok in enumerate(step.response_ids):
+            if tok == info_open and step.segments[pos] == Segment.OBSERVATION:
                 inside = True
             if inside:
                 assert mask[i, pos] == 0 and segs[i, pos] == Segment.OBSERVATION
             if tok == info_close:
                 inside = False
+    for t in trajs:
         assert t.num_valid_actions + t.num_invalid_actions == t.num_turns
+    assert not any(candidates for candidates in sampled.values()), "a sampled turn is in no step"
     return batch

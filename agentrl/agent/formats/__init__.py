@@ -1,7 +1,8 @@
 """Tool-call formats: how the policy calls tools and reads their results, one class per dialect.
 
 ``build_format`` makes the one chosen by ``actor.rollout.tool_format`` (``tags``: Search-R1's,
-the default; ``hermes``: JSON calls through the chat template), running its start-up checks.
+the default; ``hermes``: JSON calls through the chat template; ``qwen3_coder``: Qwen3-Coder's XML
+function calls through the chat template), running its start-up checks.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agentrl.agent.formats.base import (
     TurnParse,
 )
 from agentrl.agent.formats.hermes import HermesFormat
+from agentrl.agent.formats.qwen3_coder import QWEN3_CODER_TEMPLATE, Qwen3CoderFormat
 from agentrl.agent.formats.tags import TagsFormat
 from agentrl.agent.formats.templates import HERMES_TEMPLATE
 from agentrl.config.schema import RolloutConfig, ToolFormat
@@ -34,6 +36,8 @@ __all__ = [
     "HermesFormat",
     "MalformedReason",
     "ParsedCall",
+    "QWEN3_CODER_TEMPLATE",
+    "Qwen3CoderFormat",
     "TagsFormat",
     "ToolCallFormat",
     "ToolMessage",
@@ -53,12 +57,14 @@ def build_format(
     ``tags`` maps a tool name to its tag in the ``tags`` format (default: the name).
     """
     cfg = rollout_config
+    if cfg.chat_template not in ("model", cfg.tool_format):
+        # each template of ours renders one dialect's calls (and is named after it)
+        keep = "leave it 'model'" if cfg.tool_format == "tags" else f"use 'model' or '{cfg.tool_format}'"
+        raise FormatError(
+            f"actor.rollout.chat_template={cfg.chat_template} renders tool calls for "
+            f"actor.rollout.tool_format={cfg.chat_template}; with tool_format={cfg.tool_format} {keep}"
+        )
     if cfg.tool_format == "tags":
-        if cfg.chat_template != "model":
-            raise FormatError(
-                f"actor.rollout.chat_template={cfg.chat_template} renders tool calls for "
-                "actor.rollout.tool_format=hermes; with tool_format=tags leave it 'model'"
-            )
         return TagsFormat(
             tokenizer,
             specs,
@@ -71,6 +77,15 @@ def build_format(
             tokenizer,
             specs,
             template=HERMES_TEMPLATE if cfg.chat_template == "hermes" else None,
+            keep_thinking=cfg.keep_thinking,
+            enable_thinking=cfg.enable_thinking,
+            max_obs_length=cfg.max_obs_length,
+        )
+    if cfg.tool_format == "qwen3_coder":
+        return Qwen3CoderFormat(
+            tokenizer,
+            specs,
+            template=QWEN3_CODER_TEMPLATE if cfg.chat_template == "qwen3_coder" else None,
             keep_thinking=cfg.keep_thinking,
             enable_thinking=cfg.enable_thinking,
             max_obs_length=cfg.max_obs_length,

@@ -39,8 +39,8 @@ from agentrl.agent.formats.templates import (
     PROBE_USER,
     ChatRenderer,
     assistant_message,
-    earlier_turns_rewritten,
     check_renders_tools,
+    earlier_turns_rewritten,
     end_of_turn,
     tool_messages,
 )

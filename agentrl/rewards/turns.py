@@ -1,0 +1,51 @@
+"""Rule rewards for single turns: the first search that finds a gold answer, each malformed call.
+
+``reward.turn`` (``TurnRewardConfig``) sets them; each turn's reward sits on that turn's last
+sampled token, beside the outcome on the trajectory's last (``workers/reward.py`` places them).
+
+* ``search_hit``: earned by the first turn whose call to a search tool (``search_tools``, by
+  name) came back with a gold answer in its text, on token boundaries after normalisation
+  (``gold_in_documents``, the retriever's recall rule). Only the first such turn: repeating a
+  search that already found the answer earns nothing, so the reward cannot be farmed by
+  searching again.
+* ``malformed_call``: added once per call of the turn that was malformed (status
+  ``invalid/<reason>``); a negative value penalises it.
+
+The tools' own rewards (``ToolResult.reward``, the rollout's ``turn_rewards``) are added to
+these as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentrl.rewards.match import gold_in_documents
+from agentrl.rewards.scorers import golds_from_ground_truth
+
+CallRow = tuple[int, Any, str, str]  # (turn, tool name, status, message): the batch's ``calls``
+
+
+def rule_turn_rewards(
+    calls: Sequence[CallRow],
+    num_turns: int,
+    ground_truth: Any,
+    *,
+    search_hit: float,
+    search_tools: Sequence[str],
+    malformed_call: float,
+) -> list[float]:
+    """The rule reward of each of ``num_turns`` turns (module docstring)."""
+    rewards = [0.0] * num_turns
+    if malformed_call:
+        for turn, _, status, _ in calls:
+            if status.startswith("invalid/") and turn < num_turns:
+                rewards[turn] += malformed_call
+    if search_hit:
+        golds = golds_from_ground_truth(ground_truth)
+        for turn, name, status, message in calls:
+            hit = status == "ok" and name in search_tools and gold_in_documents([message], golds)
+            if hit and turn < num_turns:
+                rewards[turn] += search_hit
+                break
+    return rewards
