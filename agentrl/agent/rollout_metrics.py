@@ -16,7 +16,8 @@ def rollout_metrics(trajectories: Sequence[Trajectory], tool_names: Sequence[str
     tool's name is its tag) and in all (``rollout/tool_calls``). Malformed calls and turns that
     neither call nor answer are summed over the trajectories by reason, every reason of
     ``formats.MALFORMED_REASONS`` each time (``rollout/tool_calls/invalid/<reason>``), and
-    calls past a call budget in ``rollout/call_budget_hits_total``."""
+    calls past a call budget in ``rollout/call_budget_hits_total``. ``rollout/steps``: samples
+    per trajectory; ``rollout/context/compactions_total``: times the context policy fired."""
     if not trajectories:
         return {}
     n = len(trajectories)
@@ -31,7 +32,10 @@ def rollout_metrics(trajectories: Sequence[Trajectory], tool_names: Sequence[str
         "rollout/invalid_actions": mean([t.num_invalid_actions for t in trajectories]),
         "rollout/finished": mean([t.finished for t in trajectories]),
         "rollout/model_tokens": mean([t.num_model_tokens for t in trajectories]),
-        "rollout/response_length": mean([len(t.response_ids) for t in trajectories]),
+        "rollout/response_length": mean([len(t.response_ids_of_all_steps()) for t in trajectories]),
+        # samples per trajectory (history.py): above 1 where a template or the context policy re-prompted
+        "rollout/steps": mean([t.num_steps for t in trajectories]),
+        "rollout/context/compactions_total": float(sum(t.context_compactions for t in trajectories)),
         "rollout/obs_truncations_total": float(sum(t.truncation.observations_cut for t in trajectories)),
         "rollout/obs_tokens_cut_total": float(sum(t.truncation.observation_tokens_cut for t in trajectories)),
         "rollout/context_truncated": mean([t.truncation.context for t in trajectories]),

@@ -71,7 +71,7 @@ def trajectory_record(
 ) -> dict[str, Any]:
     """The record of one question: prediction (under ``answer_rule``), match metrics,
     behaviour and the response."""
-    text = render_response(tokenizer, traj.response_ids)
+    text = render_response(tokenizer, traj.response_ids_of_all_steps())
     golds = list(golds)
     turn = last_turn_text(tokenizer, traj) if traj.answer is None and answer_rule != "tag" else ""
     prediction, extracted = predict(traj.answer, turn, answer_rule)
@@ -104,7 +104,7 @@ def trajectory_record(
         "tool_calls": dict(traj.tool_calls),
         "num_turns": traj.num_turns,
         "response_tokens": traj.num_model_tokens,
-        "observation_tokens": len(traj.response_ids) - traj.num_model_tokens,
+        "observation_tokens": len(traj.response_ids_of_all_steps()) - traj.num_model_tokens,
         "prompt_tokens": len(traj.prompt_ids),
         "finished": traj.finished,
         "truncated": traj.truncation.any,

@@ -21,6 +21,8 @@ rl_full    GRPO from the SFT model on Ray, full fine-tuning
 rl_lora    the same with LoRA adapters (``actor.lora.rank``)
 rl_dyn     GRPO from the SFT model on every ``rl_data`` question, no pool: dynamic sampling
            (``algorithm.dynamic_sampling``) keeps only the groups whose samples differ
+rl_turn    rl_dyn with rewards per turn (the profile's ``turn_overrides``: the first search that
+           finds a gold answer); not in a profile without them
 dense_idx  the dense index (``dense_index``: for the RAG-dense baseline only)
 eval       every model on the held-out sets, one phase per cell (``search_qa_eval``); ``eval-<cell>``
            names one cell alone (``--only eval-rl_full``)
@@ -67,6 +69,7 @@ PHASES = (
     "rl_full",
     "rl_lora",
     "rl_dyn",
+    "rl_turn",
     "dense_index",
     "eval",
 )
@@ -176,9 +179,11 @@ def _with_retriever(run: _Run, done: Done) -> Any:
 def run_rl_phases(run: _Run, done: Done, url: str) -> None:
     """The GRPO phases from the SFT model: ``rl_full`` and ``rl_lora`` on the pool, ``rl_dyn`` on
     every ``rl_data`` question (dynamic sampling finds the ones the policy sometimes solves)."""
-    sources = {"rl_full": "rl_pool", "rl_lora": "rl_pool", "rl_dyn": "rl_data"}
+    sources = {"rl_full": "rl_pool", "rl_lora": "rl_pool", "rl_dyn": "rl_data", "rl_turn": "rl_data"}
     for name, source in sources.items():
         if done.get("sft") is None or done.get(source) is None:
+            continue
+        if name == "rl_turn" and run.profile.turn_overrides is None:
             continue
         cfg = rl_config(run.profile, run.out, name, Path(done["sft"]["model"]), done[source], url)
         done[name] = run.phases.run(name, f"GRPO from the SFT model ({name})", lambda cfg=cfg: phase_rl(cfg))

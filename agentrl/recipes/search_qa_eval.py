@@ -12,6 +12,7 @@ sft           after SFT           agent        BM25 top-3
 rl_full       after SFT + GRPO    agent        BM25 top-3
 rl_lora       after SFT + GRPO    agent        BM25 top-3 (LoRA adapters, merged)
 rl_dyn        after SFT + GRPO    agent        BM25 top-3 (dynamic sampling, no pool)
+rl_turn       after SFT + GRPO    agent        BM25 top-3 (as rl_dyn, plus a reward per search hit)
 ============  ==================  ===========  ==================================
 
 Every cell rolls out as the RL phases do (``EvalSettings.from_experiment`` of their GRPO
@@ -38,6 +39,7 @@ CELLS: dict[str, tuple[str, str, str | None]] = {  # cell -> (phase whose model,
     "rl_full": ("rl_full", "agent", "bm25"),
     "rl_lora": ("rl_lora", "agent", "bm25"),
     "rl_dyn": ("rl_dyn", "agent", "bm25"),
+    "rl_turn": ("rl_turn", "agent", "bm25"),
 }
 DATASETS = ("nq", "hotpotqa", "triviaqa", "popqa")
 

@@ -172,7 +172,7 @@ def phase_sft(demos: Path, model: Path, out: Path, profile: RecipeProfile, seed:
 def rl_config(
     profile: RecipeProfile, out: Path, name: str, model: Path, data: Mapping[str, Any] | None, url: str
 ) -> Any:
-    """The GRPO config of one RL phase (``rl_full``, ``rl_lora`` or ``rl_dyn``), checked in full. Without
+    """The GRPO config of one RL phase (``rl_full``, ``rl_lora``, ``rl_dyn`` or ``rl_turn``), checked in full. Without
     ``data`` (the demos phase, before the RL files exist) it names no data files."""
     from agentrl.config import load_config
 
@@ -189,7 +189,8 @@ def rl_config(
         "trainer.experiment_name": name,
         **profile.rl_overrides,
         **(profile.lora_overrides if name == "rl_lora" else {}),
-        **(profile.dynamic_overrides if name == "rl_dyn" else {}),
+        **(profile.dynamic_overrides if name in ("rl_dyn", "rl_turn") else {}),
+        **((profile.turn_overrides or {}) if name == "rl_turn" else {}),
     }
     return load_config(["grpo", "search_qa"], [f"{k}={v}" for k, v in overrides.items()])
 

@@ -35,6 +35,8 @@ class RecipeProfile:
     rl_overrides: dict[str, Any]  # win over config/search_qa.yaml
     lora_overrides: dict[str, Any]  # rl_lora's, on top of ``rl_overrides``
     dynamic_overrides: dict[str, Any]  # rl_dyn's, on top of ``rl_overrides``
+    # rl_turn's, on top of rl_dyn's: rl_dyn with rewards per turn; None: the profile has no rl_turn
+    turn_overrides: dict[str, Any] | None = None
 
 
 FULL = load_profile(PROFILE_DIR / "full.yaml", RecipeProfile)

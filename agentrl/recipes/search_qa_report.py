@@ -62,8 +62,15 @@ SCORE_FIELDS = (
     "response_tokens",
     "truncated",
 )
-RL_RUNS = ("rl_full", "rl_lora", "rl_dyn")
-PAIRS = (("rl_full", "sft"), ("rl_lora", "sft"), ("rl_dyn", "sft"), ("rl_dyn", "rl_full"))
+RL_RUNS = ("rl_full", "rl_lora", "rl_dyn", "rl_turn")
+PAIRS = (
+    ("rl_full", "sft"),
+    ("rl_lora", "sft"),
+    ("rl_dyn", "sft"),
+    ("rl_dyn", "rl_full"),
+    ("rl_turn", "sft"),
+    ("rl_turn", "rl_dyn"),
+)
 PAIRS += (("rl_full", "rag-bm25"), ("sft", "rag-bm25"))
 
 

@@ -48,7 +48,43 @@ class Scored:
 
     @property
     def group_ids(self) -> list[str]:
+        """One per trajectory (a trajectory of several steps has several rows in ``batch``)."""
         return [t.group_id for t in self.rollout.trajectories]
+
+    @property
+    def outcomes(self) -> torch.Tensor:
+        """Each trajectory's score, once: the score of the row holding its last step."""
+        return self.scores[_last_step_rows(self.batch)]
+
+    @property
+    def signal(self) -> torch.Tensor:
+        """What a trajectory earned in all, once per trajectory: its outcome plus its turn rewards
+        (``turn_scores``), the sum the group estimators' ties are read from."""
+        signal = self.outcomes.clone()
+        turns = self.batch.get("turn_scores")
+        if turns is not None:
+            owner = _row_owner(self.batch)
+            signal = signal.index_add(0, owner, turns.sum(dim=-1).to(signal.dtype))
+        return signal
+
+
+def _last_step_rows(batch: Batch) -> torch.Tensor:
+    if "last_step" not in batch:
+        return torch.arange(len(batch))
+    return torch.tensor([bool(x) for x in batch["last_step"]]).nonzero().flatten()
+
+
+def _row_owner(batch: Batch) -> torch.Tensor:
+    """The trajectory (0, 1, …, in order) each row belongs to: rows of one are consecutive."""
+    if "last_step" not in batch:
+        return torch.arange(len(batch))
+    ends = torch.tensor([bool(x) for x in batch["last_step"]], dtype=torch.long)
+    return torch.cumsum(ends, 0) - ends
+
+
+def rows_of_trajectories(scored: Scored, outcomes: torch.Tensor) -> torch.Tensor:
+    """Per-trajectory ``outcomes`` repeated over each trajectory's rows in ``scored.batch``."""
+    return outcomes[_row_owner(scored.batch)]
 
 
 @dataclass(frozen=True)
@@ -140,16 +176,18 @@ def fill_groups(
         rounds.append(draw(len(rounds)))
         found += _informative_groups(rounds[-1])
     trajectories = [t for part in rounds for t in part.rollout.trajectories]
-    scores = torch.cat([part.scores for part in rounds])
+    scores = torch.cat([part.signal for part in rounds])  # per trajectory, turn rewards included
+    outcomes = torch.cat([part.outcomes for part in rounds])
     group_ids = [t.group_id for t in trajectories]
     selection = select_groups(group_ids, scores, target)
     merged = _merge_rounds([part.rollout for part in rounds])
     kept_trajectories = [trajectories[i] for i in selection.rows]
     batch = collate(kept_trajectories)
-    batch["scores"] = scores[selection.rows]
     kept = Scored(
         RolloutResult(kept_trajectories, merged.metrics, merged.per_rank), batch, _weighted_metrics(rounds)
     )
+    # the outcome on every row of its trajectory; the caller scores the kept rows' turns anew
+    batch["scores"] = rows_of_trajectories(kept, outcomes[selection.rows])
     drawn = len(group_rows(group_ids))
     metrics = {
         "dynamic_sampling/rounds": float(len(rounds)),
@@ -174,4 +212,4 @@ def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
 
 
 def _informative_groups(part: Scored) -> int:
-    return sum(not tied for _, tied in _tied_groups(part.group_ids, part.scores).values())
+    return sum(not tied for _, tied in _tied_groups(part.group_ids, part.signal).values())

@@ -92,6 +92,7 @@ class StepSampler:
 
         target = self.config.data.train_batch_size
         kept, metrics = fill_groups(first, draw, self.collate, target, sampling.max_rounds)
+        kept.batch["turn_scores"], _ = turn_scores(kept.batch, self.config.reward)
         padded = int(metrics["dynamic_sampling/padded_groups"])
         if padded:
             self.warn(
@@ -136,7 +137,7 @@ class StepSampler:
 
     def signal(self, scored: Scored) -> dict[str, float]:
         """The signal metrics of one scored rollout (``group_filter.signal_metrics``)."""
-        return signal_metrics(scored.group_ids, scored.scores, grouped=self.grouped)
+        return signal_metrics(scored.group_ids, scored.signal, grouped=self.grouped)
 
     def collate(self, trajectories: list) -> Batch:
         """Trajectories padded into a ``Batch`` with this run's tokenizer (``agent.collate``)."""
