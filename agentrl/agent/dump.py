@@ -5,6 +5,10 @@ log-probs, the response rendered segment by segment (so a reader sees exactly wh
 text was trained on and which was inserted), every tool call with its arguments, status
 and the tool message the policy read for it (``calls``), the reward if given, and the
 rollout metadata. ``python -m agentrl.agent.viewer dump.jsonl --out dump.html`` renders it.
+
+A trajectory of several steps (``trajectory.py``) is one line too: its top-level ids are its
+last step's, and ``steps`` lists every step (the last included) with its prompt, response,
+segments, spans, the turns it holds and why it began.
 """
 
 from __future__ import annotations
@@ -31,21 +35,41 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def dump_record(
-    traj: Trajectory, tokenizer: Any, reward: float | None = None, step: int | None = None
-) -> dict:
-    """The JSON-able dump line of one trajectory: ids, segments, loss mask, log-probs, rendered
-    spans (not the evaluator's scored record, ``agentrl.eval.records.trajectory_record``)."""
-    spans = [
+def _spans(response_ids: list[int], segment_spans: list[tuple[int, int, int]], tokenizer: Any) -> list[dict]:
+    return [
         {
             "segment": Segment(seg).name.lower(),
             "start": start,
             "end": end,
             "loss_mask": int(seg == Segment.MODEL),
-            "text": tokenizer.decode(traj.response_ids[start:end], skip_special_tokens=False),
+            "text": tokenizer.decode(response_ids[start:end], skip_special_tokens=False),
         }
-        for seg, start, end in traj.segment_spans
+        for seg, start, end in segment_spans
     ]
+
+
+def _steps(traj: Trajectory, tokenizer: Any) -> list[dict]:
+    return [
+        {
+            "reason": step.reason,
+            "turns": list(step.turns),
+            "prompt_ids": list(step.prompt_ids),
+            "prompt_text": tokenizer.decode(step.prompt_ids, skip_special_tokens=False),
+            "response_ids": list(step.response_ids),
+            "segments": list(step.segments),
+            "log_probs": [round(x, 6) for x in step.log_probs],
+            "spans": _spans(step.response_ids, step.segment_spans, tokenizer),
+        }
+        for step in traj.all_steps
+    ]
+
+
+def dump_record(
+    traj: Trajectory, tokenizer: Any, reward: float | None = None, step: int | None = None
+) -> dict:
+    """The JSON-able dump line of one trajectory: ids, segments, loss mask, log-probs, rendered
+    spans (not the evaluator's scored record, ``agentrl.eval.records.trajectory_record``)."""
+    spans = _spans(traj.response_ids, traj.segment_spans, tokenizer)
     return {
         "step": step,
         "uid": traj.uid,
@@ -75,6 +99,10 @@ def dump_record(
         "tool_metrics": dict(traj.tool_metrics),
         "token_drift": traj.token_drift,
         "finish_reasons": list(traj.finish_reasons),
+        "turn_rewards": list(traj.turn_rewards),
+        "context_compactions": traj.context_compactions,
+        "num_steps": traj.num_steps,
+        "steps": _steps(traj, tokenizer) if traj.num_steps > 1 else [],
     }
 
 

@@ -70,19 +70,38 @@ def render_record(record: dict) -> str:
         "truncation",
         "tool_failures",
         "token_drift",
+        "num_steps",
+        "turn_rewards",
     )
     meta = " · ".join(f"<b>{k}</b>: {html.escape(json.dumps(record.get(k)))}" for k in meta_keys)
-    spans = "".join(
+    spans = _render_spans(record.get("spans", []))
+    prompt = html.escape(record.get("prompt_text", ""))
+    steps = record.get("steps") or []
+    if steps:  # one block per step: its own prompt (the conversation then) and what it sampled
+        body = "".join(
+            f"<h4>step {k} ({html.escape(str(st.get('reason')))}, "
+            f"turns {html.escape(json.dumps(st.get('turns')))})</h4>"
+            f"<details><summary>prompt ({len(st.get('prompt_ids', []))} tokens)</summary>"
+            f'<pre class="prompt">{html.escape(st.get("prompt_text", ""))}</pre></details>'
+            f"<pre>{_render_spans(st.get('spans', []))}</pre>"
+            for k, st in enumerate(steps)
+        )
+    else:
+        body = (
+            f"<details><summary>prompt ({len(record.get('prompt_ids', []))} tokens)</summary>"
+            f'<pre class="prompt">{prompt}</pre></details><pre>{spans}</pre>'
+        )
+    return (
+        f'<div class="traj"><div class="meta">{meta}</div>{body}'
+        f"{render_calls(record.get('calls') or [])}</div>"
+    )
+
+
+def _render_spans(spans: list[dict]) -> str:
+    return "".join(
         f'<span class="{html.escape(s["segment"])}" title="{html.escape(s["segment"])} tokens '
         f'{s["start"]}–{s["end"]}, loss_mask={s["loss_mask"]}">{html.escape(s["text"])}</span>'
-        for s in record.get("spans", [])
-    )
-    prompt = html.escape(record.get("prompt_text", ""))
-    return (
-        f'<div class="traj"><div class="meta">{meta}</div>'
-        f"<details><summary>prompt ({len(record.get('prompt_ids', []))} tokens)</summary>"
-        f'<pre class="prompt">{prompt}</pre></details><pre>{spans}</pre>'
-        f"{render_calls(record.get('calls') or [])}</div>"
+        for s in spans
     )
 
 

@@ -172,7 +172,7 @@ def phase_sft(demos: Path, model: Path, out: Path, profile: RecipeProfile, seed:
 def rl_config(
     profile: RecipeProfile, out: Path, name: str, model: Path, data: Mapping[str, Any] | None, url: str
 ) -> Any:
-    """The GRPO config of one RL phase (``rl_full``, ``rl_lora``, ``rl_dyn`` or ``rl_turn``), checked in full. Without
+    """The GRPO config of one RL phase (``rl_full``, ``rl_lora``, ``rl_dyn``, ``rl_turn``), checked. Without
     ``data`` (the demos phase, before the RL files exist) it names no data files."""
     from agentrl.config import load_config
 

@@ -296,11 +296,12 @@ class PPOTrainer:
 
     def dump(self, rollout: RolloutResult, batch: Batch) -> None:
         """This step's trajectories with their scores (view with ``python -m agentrl.agent.viewer``)."""
+        last = [i for i, is_last in enumerate(batch["last_step"]) if is_last]  # a row per trajectory
         dump_trajectories(
             rollout.trajectories,
             self.run_dir / "trajectories" / f"step_{self.global_step}.jsonl",
             self.tokenizer,
-            rewards=batch["scores"].tolist(),
+            rewards=batch["scores"][last].tolist(),
             step=self.global_step,
             append=False,  # a step trained again after a resume replaces its dump, never adds to it
         )

@@ -92,9 +92,10 @@ class SFTExample:
 def load_sft_examples(path: str | Path, min_reward: float | None = None) -> list[SFTExample]:
     """Examples from a trajectory dump (jsonl, one ``dump_record`` per line).
 
-    Needs ``prompt_ids``, ``response_ids`` and ``segments`` on every line. With
-    ``min_reward``, lines whose ``reward`` is missing or lower are skipped (rejection
-    sampling). Errors name the file, line and field.
+    Needs ``prompt_ids``, ``response_ids`` and ``segments`` on every line; a trajectory of
+    several steps (a non-empty ``steps``) gives one example per step. With ``min_reward``,
+    lines whose ``reward`` is missing or lower are skipped (rejection sampling). Errors name
+    the file, line and field.
     """
     p = Path(path)
     if not p.is_file():
@@ -111,18 +112,21 @@ def load_sft_examples(path: str | Path, min_reward: float | None = None) -> list
                 raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            for name in ("prompt_ids", "response_ids", "segments"):
-                value = record.get(name)
-                if not isinstance(value, list) or not all(isinstance(v, int) and v >= 0 for v in value):
-                    raise ValueError(f"{where}: field '{name}' must be a list of non-negative ints")
             if min_reward is not None:
                 reward = record.get("reward")
                 if not isinstance(reward, (int, float)) or reward < min_reward:
                     continue
-            try:
-                examples.append(SFTExample(record["prompt_ids"], record["response_ids"], record["segments"]))
-            except ValueError as error:
-                raise ValueError(f"{where}: {error}") from None
+            steps = record.get("steps") or [record]
+            for k, part in enumerate(steps):
+                at = where if part is record else f"{where}: steps[{k}]"
+                for name in ("prompt_ids", "response_ids", "segments"):
+                    value = part.get(name) if isinstance(part, dict) else None
+                    if not isinstance(value, list) or not all(isinstance(v, int) and v >= 0 for v in value):
+                        raise ValueError(f"{at}: field '{name}' must be a list of non-negative ints")
+                try:
+                    examples.append(SFTExample(part["prompt_ids"], part["response_ids"], part["segments"]))
+                except ValueError as error:
+                    raise ValueError(f"{at}: {error}") from None
     if not examples:
         raise ValueError(
             f"{p}: no usable examples" + (f" with reward >= {min_reward}" if min_reward is not None else "")

@@ -90,7 +90,12 @@ def rollout(tokenizer, dialect: Dialect, policy, *, context: ContextConfig | Non
         **dialect.config,
     )
     manager = LLMGenerationManager(
-        engine, tokenizer, config, tools=[NumberedSearch(reward)], max_prompt_length=1024, max_response_length=2048
+        engine,
+        tokenizer,
+        config,
+        tools=[NumberedSearch(reward)],
+        max_prompt_length=1024,
+        max_response_length=2048,
     )
     prompt = question_prompt(tokenizer, "What is the capital of France?", "nq", {"target": ["Paris"]}, 0)
     (t,) = manager.run([prompt]).trajectories
@@ -139,7 +144,12 @@ def test_without_a_context_policy_the_same_trajectory_is_one_step(tokenizer, dia
 
 def test_a_context_policy_without_a_budget_is_refused_naming_the_key(tokenizer):
     with pytest.raises(ValueError, match="actor.rollout.context.max_tokens"):
-        rollout(tokenizer, DIALECTS[0], searching_policy(DIALECTS[0], 1), context=ContextConfig(policy="keep_last"))
+        rollout(
+            tokenizer,
+            DIALECTS[0],
+            searching_policy(DIALECTS[0], 1),
+            context=ContextConfig(policy="keep_last"),
+        )
 
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.name)
@@ -182,3 +192,24 @@ def test_the_outcome_sits_on_the_last_step_and_a_trajectory_counts_once_in_its_g
     # two trajectories scored 1 and 0: +0.707 and -0.707 on every token of every one of their rows
     assert per_row[: long.num_steps] == pytest.approx([0.7071] * long.num_steps, abs=1e-3)
     assert per_row[-1] == pytest.approx(-0.7071, abs=1e-3)
+
+
+def test_a_stepped_trajectory_dumps_every_step_and_sft_reads_each_as_an_example(tokenizer, tmp_path):
+    from agentrl.agent.dump import dump_trajectories
+    from agentrl.agent.viewer import read_dump, render_html
+    from agentrl.trainer.sft import load_sft_examples
+
+    dialect = DIALECTS[0]
+    context = ContextConfig(policy="keep_last", max_tokens=260, keep=1, marker=MARKER)
+    t, _ = rollout(tokenizer, dialect, searching_policy(dialect, 5), context=context)
+    path = dump_trajectories([t], tmp_path / "dump.jsonl", tokenizer, rewards=[1.0])
+    (record,) = read_dump(path)
+    assert record["num_steps"] == t.num_steps == len(record["steps"]) > 1
+    assert [s["prompt_ids"] for s in record["steps"]] == [s.prompt_ids for s in t.all_steps]
+    assert [s["turns"] for s in record["steps"]] == [s.turns for s in t.all_steps]
+    examples = load_sft_examples(path)
+    assert [(e.prompt_ids, e.response_ids) for e in examples] == [
+        (s.prompt_ids, s.response_ids) for s in t.all_steps
+    ]
+    page = render_html([record])
+    assert all(f"step {k} (" in page for k in range(t.num_steps)) and MARKER in page
