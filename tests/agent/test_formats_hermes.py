@@ -236,3 +236,15 @@ def test_the_tiny_tokenizer_has_the_tool_tags_as_single_tokens_only_when_asked(
         assert len(call_token_tokenizer.encode(tag, add_special_tokens=False)) == 1
         assert len(tokenizer.encode(tag, add_special_tokens=False)) > 1  # the default's ids are unchanged
     assert len(call_token_tokenizer) == len(tokenizer)  # the same vocabulary size, fewer merges
+
+
+def test_calls_inside_thinking_are_not_calls(hermes):
+    call = '<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>'
+    thinking_only = hermes.parse(f"<think>I could write {call} here.</think>No call.", "eos", False)
+    assert thinking_only.calls == () and thinking_only.invalid == "no_action"
+    after = hermes.parse(f"<think>maybe {call}</think>\n{call}", "eos", False)
+    assert [c.name for c in after.calls] == ["search"]
+    header_opened = hermes.parse(f"reasoning {call}</think>\n\n<answer> x </answer>", "eos", False)
+    assert header_opened.calls == () and header_opened.answer == "x"
+    unclosed = hermes.parse(f"<think>still thinking {call}", "length", False)
+    assert unclosed.calls == ()

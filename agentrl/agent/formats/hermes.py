@@ -5,6 +5,11 @@ turn, and ends the turn with the template's end-of-turn token (the eos, e.g. ``<
 which the engine stops at and which is a sampled, trained token). The tools' schemas reach
 the prompt through the template (``apply_chat_template(..., tools=...)``).
 
+Calls inside ``<think>…</think>`` are not calls: a model reasons about the call it will make,
+and vLLM's Qwen3 parsers read calls only outside the reasoning. Text before a first
+``</think>`` with no ``<think>`` before it is thinking too (the template's header may open the
+block), and so is an unclosed ``<think>`` to the turn's end (``without_thinking``).
+
 The answer rule (shared with ``tags``, the reward and the evaluator): a turn that makes no
 tool call answers with the body of its ``<answer>…</answer>`` (``actions.parse_action``:
 the first ``</answer>`` and the nearest ``<answer>`` before it, stripped, not empty).
@@ -49,6 +54,8 @@ from agentrl.tool_identity import HERMES
 from agentrl.tools.spec import ToolSpec
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_THINK = re.compile(re.escape(THINK_OPEN) + ".*?" + re.escape(THINK_CLOSE), re.DOTALL)
 _CALL = re.compile(re.escape(CALL_OPEN) + "(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 CALL_SHAPE = '<tool_call>{"name": <tool name>, "arguments": {<argument>: <value>, ...}}</tool_call>'
 
@@ -56,6 +63,17 @@ INVALID_TURN_HINT = (
     "My previous turn neither called a tool nor answered. To call a tool I must write "
     f"{CALL_SHAPE}; to finish I must put the final answer between <answer> and </answer>."
 )
+
+
+def without_thinking(text: str) -> str:
+    """``text`` less its thinking: ``<think>…</think>`` blocks, a leading ``…</think>`` whose
+    ``<think>`` the header wrote, and an unclosed ``<think>`` to the end."""
+    first_close, first_open = text.find(THINK_CLOSE), text.find(THINK_OPEN)
+    if first_close >= 0 and (first_open < 0 or first_close < first_open):
+        text = text[first_close + len(THINK_CLOSE) :]
+    text = _THINK.sub("", text)
+    unclosed = text.find(THINK_OPEN)
+    return text if unclosed < 0 else text[:unclosed]
 
 
 def _json_kind(value: Any) -> str:
@@ -134,7 +152,8 @@ class HermesFormat:
         good = parse.calls and all(c.error is None for c in parse.calls)
         if not good:
             return {"role": "assistant", "content": text}
-        content = text[: text.find(CALL_OPEN)]
+        thought = text.find(THINK_CLOSE)  # the first call outside the thinking (module docstring)
+        content = text[: text.find(CALL_OPEN, thought + len(THINK_CLOSE) if thought >= 0 else 0)]
         content = content[:-1] if content.endswith("\n") else content  # the template writes this one
         calls = [
             {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -148,12 +167,14 @@ class HermesFormat:
     # --- the parser -------------------------------------------------------------------
 
     def parse(self, turn_text: str, finish_reason: str, final_turn: bool) -> TurnParse:
-        """The turn's calls in order; with none (or on the final turn), its answer or why not."""
+        """The turn's calls outside its thinking, in order; with none (or on the final turn), its
+        answer or why not."""
         if final_turn:
             return self._answer(turn_text, finish_reason)
-        calls = [self._call(m.group(1)) for m in _CALL.finditer(turn_text)]
-        last_close = turn_text.rfind(CALL_CLOSE)
-        rest = turn_text[last_close + len(CALL_CLOSE) :] if last_close >= 0 else turn_text
+        visible = without_thinking(turn_text)
+        calls = [self._call(m.group(1)) for m in _CALL.finditer(visible)]
+        last_close = visible.rfind(CALL_CLOSE)
+        rest = visible[last_close + len(CALL_CLOSE) :] if last_close >= 0 else visible
         if CALL_OPEN in rest:
             if finish_reason == "length":
                 calls.append(

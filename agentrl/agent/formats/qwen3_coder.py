@@ -41,7 +41,8 @@ Malformed calls get the closed list of ``MalformedReason`` that ``hermes`` gives
 Calls inside ``<think>…</think>`` are not calls: a model reasons about the call it will make,
 and vLLM's Qwen3 parsers read calls only outside the reasoning. Text before a first
 ``</think>`` with no ``<think>`` before it is thinking too (the template's header may open the
-block), and so is an unclosed ``<think>`` to the turn's end. (``hermes`` has no such rule.)
+block), and so is an unclosed ``<think>`` to the turn's end: the rule of ``hermes``, whose
+parser this class keeps (``hermes.without_thinking``).
 The answer is read from the whole turn, by the rule the reward and the evaluator share.
 """
 
@@ -53,7 +54,7 @@ import re
 from typing import Any
 
 from agentrl.agent.formats.base import FormatError, MalformedReason, ParsedCall, ToolMessage, TurnParse
-from agentrl.agent.formats.hermes import CALL_CLOSE, CALL_OPEN, HermesFormat
+from agentrl.agent.formats.hermes import CALL_OPEN, HermesFormat
 from agentrl.agent.formats.templates import (
     PLACEHOLDER,
     PROBE_TOOL,
@@ -64,11 +65,8 @@ from agentrl.agent.formats.templates import (
 from agentrl.tool_identity import QWEN3_CODER
 from agentrl.tools.spec import ToolSpec
 
-_CALL = re.compile(re.escape(CALL_OPEN) + "(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 FUNCTION_OPEN, FUNCTION_CLOSE = "<function", "</function>"
 PARAMETER_OPEN, PARAMETER_CLOSE = "<parameter=", "</parameter>"
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-_THINK = re.compile(re.escape(THINK_OPEN) + ".*?" + re.escape(THINK_CLOSE), re.DOTALL)
 # A name ends at the tag's ">" on its own line: a newline first means the tag was never closed.
 _FUNCTION = re.compile(r"<function(?:=([^>\n]*))?>")
 _PARAMETER = re.compile(r"<parameter=([^>\n]*)>")
@@ -166,17 +164,6 @@ _JSON_KINDS: dict[str, tuple[type, ...]] = {
 _NOT_JSON = object()
 
 
-def without_thinking(text: str) -> str:
-    """``text`` less its thinking: ``<think>…</think>`` blocks, a leading ``…</think>`` whose
-    ``<think>`` the header wrote, and an unclosed ``<think>`` to the end."""
-    first_close, first_open = text.find(THINK_CLOSE), text.find(THINK_OPEN)
-    if first_close >= 0 and (first_open < 0 or first_close < first_open):
-        text = text[first_close + len(THINK_CLOSE) :]
-    text = _THINK.sub("", text)
-    unclosed = text.find(THINK_OPEN)
-    return text if unclosed < 0 else text[:unclosed]
-
-
 def schema_types(spec: ToolSpec) -> dict[str, tuple[str, ...]]:
     """Each parameter's JSON-Schema type(s), as named in ``spec``; () where the schema gives none."""
     properties = spec.parameters.get("properties")
@@ -266,25 +253,6 @@ class Qwen3CoderFormat(HermesFormat):
         self.types = {spec.name: schema_types(spec) for spec in self.specs}
 
     # --- the parser -------------------------------------------------------------------
-
-    def parse(self, turn_text: str, finish_reason: str, final_turn: bool) -> TurnParse:
-        """The turn's calls outside its thinking, in order; with none (or on the final turn), its answer."""
-        if final_turn:
-            return self._answer(turn_text, finish_reason)
-        visible = without_thinking(turn_text)
-        calls = [self._call(m.group(1)) for m in _CALL.finditer(visible)]
-        last_close = visible.rfind(CALL_CLOSE)
-        rest = visible[last_close + len(CALL_CLOSE) :] if last_close >= 0 else visible
-        if CALL_OPEN in rest:
-            if finish_reason == "length":
-                calls.append(
-                    _malformed("truncated", f"the call was cut by the token budget before {CALL_CLOSE}")
-                )
-            else:
-                calls.append(_malformed("unclosed", f"{CALL_OPEN} was never closed with {CALL_CLOSE}"))
-        if calls:
-            return TurnParse(calls=tuple(calls))
-        return self._answer(turn_text, finish_reason)
 
     def _call(self, body: str) -> ParsedCall:
         """One ``<tool_call>`` body: syntax first, then the name, then the arguments (as ``hermes``)."""
