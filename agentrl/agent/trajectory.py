@@ -120,6 +120,9 @@ class Step:
     turns: list[int]
     turn_ends: list[int]
     reason: StepReason = "start"
+    # the observation that answered the step's last turn, read by the policy in the next step's
+    # prompt: not in this step's row (never trained), kept for the trajectory's text
+    tail_ids: list[int] = field(default_factory=list)
 
     @property
     def num_model_tokens(self) -> int:
@@ -202,6 +205,7 @@ class Trajectory:
         holds the conversation as it is now) and begin another from ``prompt_ids``."""
         last_model = max((end for seg, _, end in self.segment_spans if seg == Segment.MODEL), default=0)
         closed = self.current_step
+        closed.tail_ids = closed.response_ids[last_model:]
         closed.response_ids = closed.response_ids[:last_model]
         closed.segments = closed.segments[:last_model]
         closed.log_probs = closed.log_probs[:last_model]
@@ -213,8 +217,9 @@ class Trajectory:
         self.step_turns, self.step_turn_ends = [], []
 
     def response_ids_of_all_steps(self) -> list[int]:
-        """Every step's response in order: what the policy sampled and read, for the reward's text."""
-        return [t for step in self.all_steps for t in step.response_ids]
+        """Every step's response and the observation after it, in order: everything the policy
+        sampled and read after the prompt, for the reward's text and the evaluation."""
+        return [t for step in self.all_steps for t in (*step.response_ids, *step.tail_ids)]
 
     @property
     def loss_mask(self) -> list[int]:

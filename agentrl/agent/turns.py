@@ -104,6 +104,8 @@ class TrajectoryState:
             return None
         if self.history is not None and self.history.turns:
             self._follow_history()
+            if self.done:
+                return None
         room, limit = self._room()
         if room <= 0:
             self._end_over_budget(limit)
@@ -126,8 +128,12 @@ class TrajectoryState:
         if fired:
             traj.context_compactions += 1
         expected = self.history.expected_stream(context.marker, self.rules.max_obs_length)  # type: ignore[union-attr]
-        if expected != traj.prompt_ids + traj.response_ids:
-            traj.begin_step(expected, "context_compacted" if fired else "history_rewritten")
+        if expected == traj.prompt_ids + traj.response_ids:
+            return
+        if len(expected) >= self.rules.max_prompt_length + self.rules.max_response_length:
+            self._end_over_budget("context")  # a step with no room to sample would hold no outcome
+            return
+        traj.begin_step(expected, "context_compacted" if fired else "history_rewritten")
 
     def on_generation(self, result: GenerationResult) -> TurnCalls | None:
         """Record a turn; returns its calls when it made any (to run, then ``on_tool_outcomes``)."""

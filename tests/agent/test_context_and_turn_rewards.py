@@ -17,7 +17,7 @@ from support.dialects import DIALECTS, Dialect
 from support.prompts import question_prompt
 from support.scripted_engine import ScriptedEngine, assert_rollout_invariants
 
-from agentrl.agent import LLMGenerationManager
+from agentrl.agent import LLMGenerationManager, Segment
 from agentrl.agent.formats.hermes import CALL_OPEN
 from agentrl.config.schema import (
     AlgorithmConfig,
@@ -80,7 +80,15 @@ def searching_policy(dialect: Dialect, turns: int, gold_at: int = -1):
     return policy
 
 
-def rollout(tokenizer, dialect: Dialect, policy, *, context: ContextConfig | None = None, reward=None):
+def rollout(
+    tokenizer,
+    dialect: Dialect,
+    policy,
+    *,
+    context: ContextConfig | None = None,
+    reward=None,
+    window=(1024, 2048),
+):
     engine = ScriptedEngine(tokenizer, policy)
     config = RolloutConfig(
         max_turns=6,
@@ -94,8 +102,8 @@ def rollout(tokenizer, dialect: Dialect, policy, *, context: ContextConfig | Non
         tokenizer,
         config,
         tools=[NumberedSearch(reward)],
-        max_prompt_length=1024,
-        max_response_length=2048,
+        max_prompt_length=window[0],
+        max_response_length=window[1],
     )
     prompt = question_prompt(tokenizer, "What is the capital of France?", "nq", {"target": ["Paris"]}, 0)
     (t,) = manager.run([prompt]).trajectories
@@ -213,3 +221,26 @@ def test_a_stepped_trajectory_dumps_every_step_and_sft_reads_each_as_an_example(
     ]
     page = render_html([record])
     assert all(f"step {k} (" in page for k in range(t.num_steps)) and MARKER in page
+
+
+def test_the_whole_response_text_keeps_the_observation_at_every_step_boundary(tokenizer):
+    dialect = DIALECTS[0]
+    context = ContextConfig(policy="keep_last", max_tokens=260, keep=1, marker=MARKER)
+    t, _ = rollout(tokenizer, dialect, searching_policy(dialect, 5), context=context)
+    assert t.num_steps > 1
+    text = tokenizer.decode(t.response_ids_of_all_steps(), skip_special_tokens=False)
+    assert text.count("<information>") == text.count("</information>") == 5  # one per search
+    assert all(step.tail_ids for step in t.steps) and not any(
+        Segment.MODEL in [seg for seg, _, _ in step.segment_spans][-1:] and step.segments[-1] != Segment.MODEL
+        for step in t.steps
+    )
+
+
+def test_a_step_that_would_have_no_room_to_sample_ends_the_trajectory_instead(tokenizer):
+    dialect = DIALECTS[0]
+    # a marker far longer than the results it replaces: the compacted conversation outgrows the window
+    context = ContextConfig(policy="keep_last", max_tokens=200, keep=1, marker="omitted " * 300)
+    t, engine = rollout(tokenizer, dialect, searching_policy(dialect, 5), context=context, window=(256, 512))
+    assert t.truncation.context and not t.finished
+    assert all(step.num_model_tokens > 0 for step in t.all_steps)  # the last step holds the outcome
+    assert_rollout_invariants([t], engine, tokenizer)

@@ -248,3 +248,20 @@ def test_calls_inside_thinking_are_not_calls(hermes):
     assert header_opened.calls == () and header_opened.answer == "x"
     unclosed = hermes.parse(f"<think>still thinking {call}", "length", False)
     assert unclosed.calls == ()
+
+
+def test_a_sampled_turn_becomes_the_assistant_message_a_client_would_send_back(hermes):
+    call = '<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>'
+    eot = hermes.end_of_turn
+    thought = f"<think>\nmaybe {call}\n</think>\n\nSearching.\n{call}{eot}"
+    message = hermes.assistant_message(thought, hermes.parse(thought, "eos", False))
+    assert message["content"] == "<think>\nmaybe " + call + "\n</think>\n\nSearching."
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["search"]
+    call_first = f"{call}\n<think>x</think>{eot}"
+    message = hermes.assistant_message(call_first, hermes.parse(call_first, "eos", False))
+    assert message["content"] == "" and len(message["tool_calls"]) == 1
+    broken = "<tool_call>{not json</tool_call>" + eot
+    assert hermes.assistant_message(broken, hermes.parse(broken, "eos", False)) == {
+        "role": "assistant",
+        "content": "<tool_call>{not json</tool_call>",
+    }

@@ -76,6 +76,22 @@ def without_thinking(text: str) -> str:
     return text if unclosed < 0 else text[:unclosed]
 
 
+def first_call_outside_thinking(text: str) -> int:
+    """Where the first ``<tool_call>`` outside the thinking opens (``without_thinking``'s rule), or
+    ``len(text)`` when none does."""
+    first_close, first_open = text.find(THINK_CLOSE), text.find(THINK_OPEN)
+    header_open = first_close >= 0 and (first_open < 0 or first_close < first_open)
+    start = first_close + len(THINK_CLOSE) if header_open else 0
+    for match in re.finditer(re.escape(CALL_OPEN), text):
+        at = match.start()
+        if at < start:
+            continue
+        before = text[start:at]
+        if before.count(THINK_OPEN) <= before.count(THINK_CLOSE):
+            return at
+    return len(text)
+
+
 def _json_kind(value: Any) -> str:
     kinds = {list: "list", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
     return kinds.get(type(value), type(value).__name__)
@@ -152,8 +168,7 @@ class HermesFormat:
         good = parse.calls and all(c.error is None for c in parse.calls)
         if not good:
             return {"role": "assistant", "content": text}
-        thought = text.find(THINK_CLOSE)  # the first call outside the thinking (module docstring)
-        content = text[: text.find(CALL_OPEN, thought + len(THINK_CLOSE) if thought >= 0 else 0)]
+        content = text[: first_call_outside_thinking(text)]
         content = content[:-1] if content.endswith("\n") else content  # the template writes this one
         calls = [
             {"id": f"call_{i}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
