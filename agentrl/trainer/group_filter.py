@@ -57,15 +57,16 @@ class Scored:
         return self.scores[_last_step_rows(self.batch)]
 
     @property
-    def signal(self) -> torch.Tensor:
-        """What a trajectory earned in all, once per trajectory: its outcome plus its turn rewards
-        (``turn_scores``), the sum the group estimators' ties are read from."""
-        signal = self.outcomes.clone()
+    def turn_values(self) -> list[list[float]]:
+        """Each trajectory's turn rewards (``turn_scores`` at its turns' last tokens), in order."""
+        values: list[list[float]] = [[] for _ in self.rollout.trajectories]
         turns = self.batch.get("turn_scores")
-        if turns is not None:
-            owner = _row_owner(self.batch)
-            signal = signal.index_add(0, owner, turns.sum(dim=-1).to(signal.dtype))
-        return signal
+        if turns is None:
+            return values
+        ends = self.batch["response_turn_ends"]
+        for row, owner in enumerate(_row_owner(self.batch).tolist()):
+            values[owner].extend(turns[row][ends[row]].tolist())
+        return values
 
 
 def _last_step_rows(batch: Batch) -> torch.Tensor:
@@ -104,22 +105,36 @@ def group_rows(group_ids: Sequence[str]) -> dict[str, list[int]]:
     return rows
 
 
-def _tied_groups(group_ids: Sequence[str], scores: torch.Tensor) -> dict[str, tuple[list[int], bool]]:
-    """Each group's rows and whether its scores all tie (``core.advantages.group_ties``: the
-    estimators' own rule), groups in draw order."""
+def _tied_groups(
+    group_ids: Sequence[str], scores: torch.Tensor, turn_values: Sequence[Sequence[float]] | None = None
+) -> dict[str, tuple[list[int], bool]]:
+    """Each group's rows and whether it gives every sample A = 0, groups in draw order: its scores
+    all tie (``core.advantages.group_ties``: the estimators' own rule) and so do its turn rewards,
+    pooled over its samples (the group turn scheme of ``core.turn_credit``)."""
     ties = group_ties(scores, list(group_ids))
-    return {gid: (rows, bool(ties[rows[0]])) for gid, rows in group_rows(group_ids).items()}
+    groups = {}
+    for gid, rows in group_rows(group_ids).items():
+        pooled = [v for i in rows for v in turn_values[i]] if turn_values is not None else []
+        groups[gid] = (rows, bool(ties[rows[0]]) and (not pooled or min(pooled) == max(pooled)))
+    return groups
 
 
-def tied_share(group_ids: Sequence[str], scores: torch.Tensor) -> float:
-    """The share of groups whose scores all tie (exactly equal: advantage 0)."""
-    groups = _tied_groups(group_ids, scores)
+def tied_share(
+    group_ids: Sequence[str], scores: torch.Tensor, turn_values: Sequence[Sequence[float]] | None = None
+) -> float:
+    """The share of groups whose scores (and turn rewards) all tie (exactly equal: advantage 0)."""
+    groups = _tied_groups(group_ids, scores, turn_values)
     if not groups:
         return 0.0
     return sum(tied for _, tied in groups.values()) / len(groups)
 
 
-def signal_metrics(group_ids: Sequence[str], scores: torch.Tensor, grouped: bool) -> dict[str, float]:
+def signal_metrics(
+    group_ids: Sequence[str],
+    scores: torch.Tensor,
+    grouped: bool,
+    turn_values: Sequence[Sequence[float]] | None = None,
+) -> dict[str, float]:
     """What a step's scores say about its learning signal, over every sample it generated (before
     any filtering): ``signal/score_mean``, ``signal/score_spread`` (max − min score) and, for a
     group estimator (``grouped``), ``signal/tied_group_share``. The dead-signal alarms read them."""
@@ -128,15 +143,20 @@ def signal_metrics(group_ids: Sequence[str], scores: torch.Tensor, grouped: bool
         "signal/score_spread": float(scores.max() - scores.min()) if len(scores) else 0.0,
     }
     if grouped:
-        metrics["signal/tied_group_share"] = tied_share(group_ids, scores)
+        metrics["signal/tied_group_share"] = tied_share(group_ids, scores, turn_values)
     return metrics
 
 
-def select_groups(group_ids: Sequence[str], scores: torch.Tensor, target: int) -> Selection:
+def select_groups(
+    group_ids: Sequence[str],
+    scores: torch.Tensor,
+    target: int,
+    turn_values: Sequence[Sequence[float]] | None = None,
+) -> Selection:
     """The first ``target`` informative groups in draw order; tied groups (also in draw order)
     fill what is missing. Fewer than ``target`` groups in all is an error: a round always draws
     ``target`` prompts."""
-    groups = _tied_groups(group_ids, scores)
+    groups = _tied_groups(group_ids, scores, turn_values)
     if len(groups) < target:
         raise ValueError(f"{len(groups)} groups drawn, fewer than the {target} a step trains on")
     informative = [rows for rows, tied in groups.values() if not tied][:target]
@@ -176,10 +196,10 @@ def fill_groups(
         rounds.append(draw(len(rounds)))
         found += _informative_groups(rounds[-1])
     trajectories = [t for part in rounds for t in part.rollout.trajectories]
-    scores = torch.cat([part.signal for part in rounds])  # per trajectory, turn rewards included
-    outcomes = torch.cat([part.outcomes for part in rounds])
+    outcomes = torch.cat([part.outcomes for part in rounds])  # one per trajectory
+    turn_values = [values for part in rounds for values in part.turn_values]
     group_ids = [t.group_id for t in trajectories]
-    selection = select_groups(group_ids, scores, target)
+    selection = select_groups(group_ids, outcomes, target, turn_values)
     merged = _merge_rounds([part.rollout for part in rounds])
     kept_trajectories = [trajectories[i] for i in selection.rows]
     batch = collate(kept_trajectories)
@@ -195,7 +215,7 @@ def fill_groups(
         "dynamic_sampling/informative_groups": float(selection.informative),
         "dynamic_sampling/padded_groups": float(selection.padded),
     }
-    metrics |= signal_metrics(group_ids, scores, grouped=True)
+    metrics |= signal_metrics(group_ids, outcomes, grouped=True, turn_values=turn_values)
     return kept, metrics
 
 
@@ -212,4 +232,5 @@ def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
 
 
 def _informative_groups(part: Scored) -> int:
-    return sum(not tied for _, tied in _tied_groups(part.group_ids, part.signal).values())
+    groups = _tied_groups(part.group_ids, part.outcomes, part.turn_values)
+    return sum(not tied for _, tied in groups.values())

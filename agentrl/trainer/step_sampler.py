@@ -137,7 +137,9 @@ class StepSampler:
 
     def signal(self, scored: Scored) -> dict[str, float]:
         """The signal metrics of one scored rollout (``group_filter.signal_metrics``)."""
-        return signal_metrics(scored.group_ids, scored.signal, grouped=self.grouped)
+        return signal_metrics(
+            scored.group_ids, scored.outcomes, grouped=self.grouped, turn_values=scored.turn_values
+        )
 
     def collate(self, trajectories: list) -> Batch:
         """Trajectories padded into a ``Batch`` with this run's tokenizer (``agent.collate``)."""

@@ -153,3 +153,38 @@ def test_signal_metrics_are_over_every_sample_and_tie_only_for_group_estimators(
     }
     ungrouped = signal_metrics(["a", "b", "c", "d"], scores, grouped=False)
     assert ungrouped == {"signal/score_mean": 0.25, "signal/score_spread": 1.0}
+
+
+def test_a_group_whose_outcomes_tie_but_turn_rewards_differ_is_informative_and_one_whose_both_tie_is_not():
+    groups = ["a", "a", "b", "b", "c", "c"]
+    outcomes = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    # a: one sample's search hit pays, the other's does not; b: both earn 0.2, at different turns
+    # (the pooled turn rewards differ, so the turn scheme credits them: informative); c: all tie
+    turns = [[0.2, 0.0], [0.0, 0.0], [0.2, 0.0], [0.0, 0.2], [0.0], [0.0, 0.0]]
+    selection = select_groups(groups, outcomes, target=1, turn_values=turns)
+    assert selection.rows == [0, 1] and selection.informative == 1
+    assert tied_share(groups, outcomes, turns) == pytest.approx(1 / 3)  # c alone
+    assert tied_share(groups, outcomes) == 1.0  # by outcomes alone every group ties
+
+
+def test_dynamic_sampling_keeps_a_stepped_trajectorys_rows_with_its_outcome_on_each():
+    def stepped(group: str, k: int, steps: int) -> Trajectory:
+        t = Trajectory(prompt=PromptSpec([1]), group_id=group, uid=f"{group}-{k}")
+        for step in range(steps):
+            if step:
+                t.begin_step([1, 2, 3], "context_compacted")
+            t.append([7, 8], Segment.MODEL, [0.0, 0.0])
+            t.step_turns.append(step)
+            t.step_turn_ends.append(1)
+        return t
+
+    trajectories = [stepped("g0", 0, 3), stepped("g0", 1, 1), stepped("g1", 0, 2), stepped("g1", 1, 1)]
+    batch = _collate(trajectories)
+    assert len(batch) == 7
+    batch["scores"] = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])  # g0: 1 vs 0; g1: tied
+    first = Scored(RolloutResult(trajectories, {}), batch)
+    assert first.outcomes.tolist() == [1.0, 0.0, 0.0, 0.0]
+    kept, metrics = fill_groups(first, lambda _: first, _collate, target=1, max_rounds=1)
+    assert [t.uid for t in kept.rollout.trajectories] == ["g0-0", "g0-1"]
+    assert len(kept.batch) == 4 and kept.batch["scores"].tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert metrics["dynamic_sampling/informative_groups"] == 1.0
