@@ -24,8 +24,9 @@ from agentrl.config.schema import ContextConfig, ContextPolicy
 CONTEXT_POLICIES: tuple[str, ...] = get_args(ContextPolicy)
 
 
-def check_context_config(config: ContextConfig) -> None:
-    """Refuse a policy that could never fire or would keep nothing, naming the key."""
+def check_context_config(config: ContextConfig, window: int) -> None:
+    """Refuse a policy that could never fire or would keep nothing, naming the key. ``window``:
+    the context window a step's prompt and response share."""
     if config.policy not in CONTEXT_POLICIES:
         raise ValueError(
             f"actor.rollout.context.policy must be one of {list(CONTEXT_POLICIES)}, got {config.policy!r}"
@@ -37,10 +38,18 @@ def check_context_config(config: ContextConfig) -> None:
             f"actor.rollout.context.max_tokens must be a positive token count with "
             f"context.policy={config.policy}, got {config.max_tokens!r}"
         )
-    if config.keep < 0:
-        raise ValueError(f"actor.rollout.context.keep must be >= 0, got {config.keep}")
+    if config.keep < 1:
+        raise ValueError(
+            f"actor.rollout.context.keep must be >= 1 (the last result, or turn, the policy acts on), "
+            f"got {config.keep}"
+        )
     if not config.marker:
         raise ValueError("actor.rollout.context.marker must be a non-empty text")
+    if config.max_tokens >= window:
+        raise ValueError(
+            f"actor.rollout.context.max_tokens ({config.max_tokens}) must be below the context window "
+            f"data.max_prompt_length + data.max_response_length ({window}), or the policy never fires"
+        )
 
 
 def compact(config: ContextConfig, history: History, prompt_length: int) -> bool:

@@ -135,12 +135,12 @@ def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_res
         raise ValueError(
             f"rollout.max_calls_per_trajectory must be >= 1 or null, got {config.max_calls_per_trajectory}"
         )
-    check_context_config(config.context)
     if max_prompt_length < 1 or max_response_length < 1:
         raise ValueError(
             "max_prompt_length and max_response_length must be >= 1, "
             f"got {max_prompt_length}, {max_response_length}"
         )
+    check_context_config(config.context, max_prompt_length + max_response_length)
 
 
 def _checked_tools(tools: Mapping[str, Any] | Sequence[Any]) -> tuple[dict[str, Any], list[TypedTool]]:

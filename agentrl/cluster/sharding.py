@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from agentrl.core.batch import Batch
 
@@ -56,3 +57,40 @@ def mini_batch_shards(batch: Batch, parts: int, mini_batch_size: int) -> list[Ba
 def chunk_bounds(length: int, parts: int) -> list[int]:
     """Where ``parts`` contiguous, near-equal chunks of ``length`` items start, and the end."""
     return np.linspace(0, length, parts + 1).round().astype(int).tolist()
+
+
+# Fields a padding row carries as zeros: it trains nothing, scores nothing, ends no turn.
+_ZEROED = (
+    "response_mask",
+    "response_segments",
+    "rollout_log_probs",
+    "response_turn_ends",
+    "turn_scores",
+    "scores",
+)
+
+
+def pad_rows(batch: Batch, multiple: int) -> tuple[Batch, int]:
+    """``batch`` with rows appended until ``multiple`` divides its length, and how many.
+
+    A trajectory of several steps has several rows, so a step's row count need not divide the
+    data-parallel ranks that every stage splits it over (equal rows per rank: collectives).
+    A padding row is row 0 with its loss mask, segments, log-probs, turn ends and scores zeroed,
+    alone in its own group and trajectory: no estimator gives it an advantage, no loss or token
+    count sees it. Drop the last ``added`` rows before reading the batch's metrics.
+    """
+    added = -len(batch) % multiple
+    if added == 0:
+        return batch, 0
+    pad = batch.index([0] * added)
+    for key in _ZEROED:
+        if key in pad and isinstance(pad[key], torch.Tensor):
+            pad[key] = torch.zeros_like(pad[key])
+    names = [f"padding-{len(batch) + k}" for k in range(added)]
+    fields = {"group_id": names, "uid": names, "last_step": [True] * added}
+    fields |= {"step_index": [0] * added, "num_steps": [1] * added, "step_turns": [[]] * added}
+    fields |= {"step_turn_ends": [[]] * added}
+    for key, values in fields.items():
+        if key in pad:
+            pad[key] = values
+    return Batch.concat([batch, pad]), added

@@ -234,6 +234,11 @@ def _check_skip_old_log_prob(cfg: ExperimentConfig, problems: list[str]) -> None
         reasons.append("trainer.one_step_off_policy=true (its importance weights need π_old)")
     if cfg.algorithm.use_kl_in_reward:
         reasons.append("algorithm.use_kl_in_reward=true (the reward's KL reads π_old before the update)")
+    if actor.rollout.context.policy != "none":
+        reasons.append(
+            f"actor.rollout.context.policy={actor.rollout.context.policy} (a trajectory's steps add rows "
+            "past one mini-batch)"
+        )
     if reasons:
         needs = "actor.skip_old_log_prob=true needs a single on-policy optimiser step: "
         problems.append(needs + "; ".join(reasons))

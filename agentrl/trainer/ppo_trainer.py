@@ -8,6 +8,7 @@ and ``fit()`` assigns them, so nothing a stage computes waits on ``self`` for a 
 
 from __future__ import annotations
 
+import math
 from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +17,7 @@ from tqdm import tqdm
 
 from agentrl.agent.dump import dump_trajectories
 from agentrl.agent.generation import RolloutResult, prompt_encoder
-from agentrl.cluster.sharding import mini_batch_shards
+from agentrl.cluster.sharding import mini_batch_shards, pad_rows
 from agentrl.config.loader import to_yaml
 from agentrl.config.schema import ExperimentConfig
 from agentrl.core.advantages import get_advantage_estimator
@@ -36,6 +37,7 @@ from agentrl.trainer.shaping import (
     kl_penalised_rewards,
     outcome_on_last_tokens,
     overlong_filtered_mask,
+    single_step_or_refuse,
     stale_rollout_weights,
 )
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
@@ -179,7 +181,9 @@ class PPOTrainer:
 
     def learn(self, scored: Scored, timer: StepTimer, off_policy: bool) -> tuple[Batch, dict[str, float]]:
         """Stages 2 and 3 of a step: the training batch from the scored rollout, then the updates."""
-        batch = scored.batch
+        batch, padding = pad_rows(scored.batch, self.row_multiple)  # rows the ranks split evenly
+        if self.context.old_log_prob_source == "update_forward":
+            single_step_or_refuse(len(batch), self.config.actor.update.mini_batch_size)
         # Stage 2: make training data
         if self.context.old_log_prob_source == "recomputed":  # else π_old is the update's own forward
             with timer("old_log_prob"):
@@ -210,6 +214,8 @@ class PPOTrainer:
             metrics |= tis_metrics
         # Stage 3: update
         update_metrics = self.update(batch, timer)
+        if padding:
+            batch = batch.index(list(range(len(batch) - padding)))
         metrics = (
             step_metrics(batch, self.use_critic, self.context.old_log_prob_source)
             | scored.reward_metrics
@@ -318,6 +324,9 @@ class PPOTrainer:
     def take_roles(self, roles: Roles) -> None:
         """The run's roles and the step sampler over them; the run directory with its config."""
         self.roles = roles
+        # every stage splits a batch evenly over its group's ranks; a trajectory's steps add rows
+        ranks = [g.world_size for g in (roles.actor, roles.critic, roles.reference) if g is not None]
+        self.row_multiple = math.lcm(*ranks)
         grouped = self.estimator.needs_groups
         self.sampler = StepSampler(self.config, self.roles, self.tokenizer, self.loader, grouped)
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -92,3 +92,15 @@ def stale_rollout_weights(batch: Batch, cap: float) -> tuple[torch.Tensor, dict[
     return truncated_importance_weights(
         batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], cap
     )
+
+
+def single_step_or_refuse(rows: int, mini_batch_size: int) -> None:
+    """Under ``actor.skip_old_log_prob`` π_old is the update's own forward, right only for one
+    optimiser step; a trajectory of several steps (rows) can push a batch past one mini-batch."""
+    if rows > mini_batch_size:
+        raise ValueError(
+            f"actor.skip_old_log_prob=true needs one optimiser step, but this step's {rows} rows (its "
+            f"trajectories' steps) exceed actor.update.mini_batch_size={mini_batch_size}; set "
+            "actor.skip_old_log_prob=false, or actor.rollout.keep_thinking=true for a template that "
+            "rewrites earlier turns"
+        )

@@ -244,3 +244,29 @@ def test_a_step_that_would_have_no_room_to_sample_ends_the_trajectory_instead(to
     assert t.truncation.context and not t.finished
     assert all(step.num_model_tokens > 0 for step in t.all_steps)  # the last step holds the outcome
     assert_rollout_invariants([t], engine, tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("context", "key"),
+    [
+        (ContextConfig(policy="keep_last", max_tokens=200, keep=0), "context.keep must be >= 1"),
+        (ContextConfig(policy="drop_turns", max_tokens=5000, keep=1), "below the context window"),
+        (ContextConfig(policy="keep_last", max_tokens=200, marker=""), "context.marker"),
+    ],
+)
+def test_a_context_policy_that_could_not_work_is_refused_naming_the_key(tokenizer, context, key):
+    with pytest.raises(ValueError, match=key):
+        rollout(tokenizer, DIALECTS[0], searching_policy(DIALECTS[0], 1), context=context)
+
+
+def test_skipping_the_old_log_prob_pass_is_refused_where_steps_could_add_rows():
+    from agentrl.config import ConfigError, load_config
+    from agentrl.trainer.shaping import single_step_or_refuse
+
+    overrides = ["actor.skip_old_log_prob=true", "actor.rollout.context.policy=keep_last"]
+    overrides += ["actor.rollout.context.max_tokens=512", "actor.update.mini_batch_size=1024"]
+    with pytest.raises(ConfigError, match="context.policy=keep_last"):
+        load_config(["grpo"], overrides)
+    single_step_or_refuse(8, 8)
+    with pytest.raises(ValueError, match="actor.skip_old_log_prob=true needs one optimiser step"):
+        single_step_or_refuse(9, 8)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl.cluster.sharding import mini_batch_shards
+from agentrl.cluster.sharding import mini_batch_shards, pad_rows
 from agentrl.core.losses import LOSS_AGG_MODES
 from tests.support.data_parallel import run_ranks_each, run_single, token_batch
 
@@ -34,13 +34,25 @@ def eight_row_batch():
     return token_batch([1, 7, 2, 2, 8, 1, 3, 5], seed=1)
 
 
+# a step whose trajectories' steps give an odd row count: padded to the two ranks, one mini-batch
+ODD_ROWS = {"lr": 0.0, "loss_agg_mode": "token-mean", "mini_batch_size": 8, "micro_batch_size": 1}
+
+
+def seven_row_batch():
+    return token_batch([3, 1, 6, 2, 5, 4, 2], seed=2)
+
+
 @pytest.fixture(scope="module")
 def on_two_ranks() -> dict[str, list[dict]]:
     """Every update below on the same two gloo ranks (one spawn for all), results by name, then rank."""
     jobs = {mode: (uneven_batch(), uneven_settings(mode)) for mode in LOSS_AGG_MODES}
     jobs["several_mini_batches"] = (eight_row_batch(), SEVERAL_MINI_BATCHES)
+    jobs["padded_odd_rows"] = (pad_rows(seven_row_batch(), 2)[0], ODD_ROWS)
     results = run_ranks_each(
-        [(mini_batch_shards(batch, 2, 4), settings) for batch, settings in jobs.values()]
+        [
+            (mini_batch_shards(batch, 2, settings["mini_batch_size"]), settings)
+            for batch, settings in jobs.values()
+        ]
     )
     return dict(zip(jobs, results, strict=True))
 
@@ -60,6 +72,14 @@ def test_two_ranks_over_several_mini_batches_end_with_the_one_rank_weights(on_tw
     )
     for result in on_two_ranks["several_mini_batches"]:
         torch.testing.assert_close(result["weight"], single["weight"], rtol=1e-5, atol=1e-6)
+
+
+def test_an_odd_row_count_padded_for_two_ranks_gives_the_one_rank_gradient_of_the_unpadded_rows(on_two_ranks):
+    padded, added = pad_rows(seven_row_batch(), 2)
+    assert added == 1 and len(padded) == 8 and float(padded["response_mask"][7].sum()) == 0.0
+    single = run_single(seven_row_batch(), **ODD_ROWS)
+    for result in on_two_ranks["padded_odd_rows"]:
+        torch.testing.assert_close(result["grad"], single["grad"], rtol=1e-5, atol=1e-6)
 
 
 def test_mini_batch_shards_give_each_rank_a_token_balanced_part_of_every_mini_batch():
