@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -193,6 +194,13 @@ class LLMGenerationManager:
         self.tools, typed = _checked_tools(build_tools(config.tools) if tools is None else tools)
         self.specs = [t.spec for t in typed]
         self.format = build_format(config, tokenizer, self.specs, tags={t.name: t.tag for t in typed})
+        if getattr(self.format, "renders_history", False):  # said once: every turn may be a new step
+            warnings.warn(
+                f"the chat template rewrites earlier turns ({self.format.history_rewrite}): the rollout "
+                "renders the conversation before each turn and continues as a new step where it changed "
+                "(actor.rollout.keep_thinking=true keeps the turns as sampled instead)",
+                stacklevel=2,
+            )
         self.rules = TurnRules(
             tokenizer=tokenizer,
             format=self.format,

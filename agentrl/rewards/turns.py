@@ -7,7 +7,8 @@ sampled token, beside the outcome on the trajectory's last (``workers/reward.py`
   name) came back with a gold answer in its text, on token boundaries after normalisation
   (``gold_in_documents``, the retriever's recall rule). Only the first such turn: repeating a
   search that already found the answer earns nothing, so the reward cannot be farmed by
-  searching again.
+  searching again. It reads the tool's text before the observation's cut to
+  ``max_obs_length``, so a gold answer past the cut still counts.
 * ``malformed_call``: added once per call of the turn that was malformed (status
   ``invalid/<reason>``); a negative value penalises it.
 
