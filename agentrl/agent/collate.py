@@ -17,6 +17,7 @@ field                   shape/dtype  meaning
 ``response_mask``       (B,R) float  loss mask, ``response_segments == 1``
 ``rollout_log_probs``   (B,R) float  engine log-prob of each model token, 0 elsewhere
 ``response_turn_ends``  (B,R) bool   each model turn's last sampled token (where its reward goes)
+``response_turn_index`` (B,R) long   that turn's number (from 0) at those tokens, -1 elsewhere
 ======================  ===========  ============================================================
 
 Meta (object arrays of length B): ``group_id`` (shared by the n samples of one prompt,
@@ -79,8 +80,10 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
     segments = torch.zeros((b, r), dtype=torch.int8)
     log_probs = torch.zeros((b, r), dtype=torch.float32)
     turn_ends = torch.zeros((b, r), dtype=torch.bool)
+    turn_index = torch.full((b, r), -1, dtype=torch.long)
     for i, (_, _, step) in enumerate(rows):
         turn_ends[i, step.turn_ends] = True
+        turn_index[i, step.turn_ends] = torch.tensor(step.turns, dtype=torch.long)
         lp, lr = len(step.prompt_ids), len(step.response_ids)
         prompts[i, p - lp :] = torch.tensor(step.prompt_ids, dtype=torch.long)
         prompt_mask[i, p - lp :] = 1
@@ -101,6 +104,7 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
         "response_mask": (segments == Segment.MODEL).float(),
         "rollout_log_probs": log_probs,
         "response_turn_ends": turn_ends,
+        "response_turn_index": turn_index,
     }
     per_trajectory = _meta(trajectories, tokenizer)
     where = {id(t): i for i, t in enumerate(trajectories)}

@@ -68,6 +68,7 @@ _ZEROED = (
     "turn_scores",
     "scores",
 )
+_NONE = ("response_turn_index",)  # -1: no turn ends here
 
 
 def pad_rows(batch: Batch, multiple: int) -> tuple[Batch, int]:
@@ -86,6 +87,9 @@ def pad_rows(batch: Batch, multiple: int) -> tuple[Batch, int]:
     for key in _ZEROED:
         if key in pad and isinstance(pad[key], torch.Tensor):
             pad[key] = torch.zeros_like(pad[key])
+    for key in _NONE:
+        if key in pad:
+            pad[key] = torch.full_like(pad[key], -1)
     names = [f"padding-{len(batch) + k}" for k in range(added)]
     fields = {"group_id": names, "uid": names, "last_step": [True] * added}
     fields |= {"step_index": [0] * added, "num_steps": [1] * added, "step_turns": [[]] * added}

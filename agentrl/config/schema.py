@@ -195,7 +195,7 @@ class CriticConfig:
 class TurnRewardConfig:
     """Rule rewards for single turns, each on its turn's last sampled token (``rewards/turns.py``)."""
 
-    search_hit: float = 0.0  # the first turn whose search results contain a gold answer
+    search_hit: float = 0.0  # each turn whose search results contain a gold answer
     search_tools: list[str] = field(default_factory=lambda: ["search"])  # tools that count as searches
     malformed_call: float = 0.0  # per malformed call of a turn (negative: a penalty)
 

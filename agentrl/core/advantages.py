@@ -244,11 +244,13 @@ def compute_turn_advantages(
     trajectory_ids: torch.Tensor | list | None = None,
     step_index: torch.Tensor | list | None = None,
     eps: float = 1e-6,
+    turn_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The group estimators' per-token turn advantage, added to the outcome advantage.
 
-    Each turn reward r is compared with its group's pooled turn rewards (every turn end of
-    every trajectory of the group, n_g of them) by the estimator's own baseline:
+    Each turn reward r is compared with its group's turn rewards at the same turn index
+    (``turn_index``; without it, every turn end of every trajectory of the group, pooled),
+    n_g of them, by the estimator's own baseline:
 
         r̃ = (r − mean_g) / (std_g + eps)        ("grpo"; std unbiased, as the outcome's)
         r̃ =  r − mean_g                          ("drgrpo")
@@ -265,7 +267,7 @@ def compute_turn_advantages(
     else:
         raise ValueError(f"unknown turn baseline '{baseline}'; expected grpo, drgrpo or rloo")
     return group_normalised_turn_returns(
-        turn_rewards, turn_ends, mask, group_ids, gamma, centre, trajectory_ids, step_index
+        turn_rewards, turn_ends, mask, group_ids, gamma, centre, trajectory_ids, step_index, turn_index
     )
 
 
@@ -311,6 +313,7 @@ class AdvantageInputs:
     step_index: torch.Tensor | None = None  # (B,) long: step order within a trajectory
     turn_rewards: torch.Tensor | None = None  # (B, T): each turn's reward on its last sampled token
     turn_ends: torch.Tensor | None = None  # (B, T) bool: every turn's last sampled token
+    turn_index: torch.Tensor | None = None  # (B, T) long: each turn end's turn number (baseline per index)
 
 
 @dataclass(frozen=True)
@@ -373,7 +376,15 @@ def _group_estimator(name: str) -> Callable[[AdvantageInputs], tuple[torch.Tenso
         baseline = "drgrpo" if name == "grpo" and not x.norm_adv_by_std_in_grpo else name
         turn_ends = _require(x.turn_ends, "turn_ends with turn_rewards", name)
         advantages = advantages + compute_turn_advantages(
-            x.turn_rewards, turn_ends, x.mask, group_ids, x.gamma, baseline, x.trajectory_ids, x.step_index
+            x.turn_rewards,
+            turn_ends,
+            x.mask,
+            group_ids,
+            x.gamma,
+            baseline,
+            x.trajectory_ids,
+            x.step_index,
+            turn_index=x.turn_index,
         )
         return advantages, advantages.clone()
 

@@ -202,8 +202,16 @@ def group_normalised_turn_returns(
     centre: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     trajectory_ids: torch.Tensor | list | None = None,
     step_index: torch.Tensor | list | None = None,
+    turn_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token return of group-normalised turn rewards (B, T).
+
+    With ``turn_index`` (B, T: each turn end's turn number, from 0) a turn is compared with
+    the same turn of its group's other trajectories, not with every turn of the group: the
+    baseline of turn k is over the group's trajectories that reached a turn k. Then a group
+    whose samples earned the same at every turn gets r̃ = 0 throughout, and a turn's credit
+    does not depend on how other kinds of turns (answers, searches) are rewarded; the
+    property below holds per turn index. Without it, the pooled baseline described next.
 
     Each turn's reward r (on its last sampled token; ``turn_ends`` marks every turn's, zero
     rewards included) is normalised against its group's pooled turn rewards, every turn end
@@ -240,7 +248,12 @@ def group_normalised_turn_returns(
     rows, columns = turn_end_positions(turn_ends, mask)
     rewards = turn_rewards[rows, columns].to(dtype)
     group = row_group.to(rows.device)[rows]
-    centred = centre(rewards, group)
+    key = (
+        group
+        if turn_index is None
+        else dense_index(list(zip(group.tolist(), turn_index[rows, columns].tolist(), strict=True)))
+    )
+    centred = centre(rewards, key.to(rows.device))
     # A group of one trajectory has no other sample to compare with (its outcome gets A = 0
     # too); comparing its turns with each other would only move credit around inside it.
     alone = trajectories_in_group.to(rows.device)[group] < 2

@@ -21,8 +21,8 @@ rl_full    GRPO from the SFT model on Ray, full fine-tuning
 rl_lora    the same with LoRA adapters (``actor.lora.rank``)
 rl_dyn     GRPO from the SFT model on every ``rl_data`` question, no pool: dynamic sampling
            (``algorithm.dynamic_sampling``) keeps only the groups whose samples differ
-rl_turn    rl_dyn with rewards per turn (the profile's ``turn_overrides``: the first search that
-           finds a gold answer); not in a profile without them
+rl_turn    rl_dyn with rewards per turn (the profile's ``turn_overrides``: each search that finds
+           a gold answer); not in a profile without them
 dense_idx  the dense index (``dense_index``: for the RAG-dense baseline only)
 eval       every model on the held-out sets, one phase per cell (``search_qa_eval``); ``eval-<cell>``
            names one cell alone (``--only eval-rl_full``)

@@ -1,14 +1,15 @@
-"""Rule rewards for single turns: the first search that finds a gold answer, each malformed call.
+"""Rule rewards for single turns: a search that finds a gold answer, a malformed call.
 
 ``reward.turn`` (``TurnRewardConfig``) sets them; each turn's reward sits on that turn's last
 sampled token, beside the outcome on the trajectory's last (``workers/reward.py`` places them).
 
-* ``search_hit``: earned by the first turn whose call to a search tool (``search_tools``, by
-  name) came back with a gold answer in its text, on token boundaries after normalisation
-  (``gold_in_documents``, the retriever's recall rule). Only the first such turn: repeating a
-  search that already found the answer earns nothing, so the reward cannot be farmed by
-  searching again. It reads the tool's text before the observation's cut to
-  ``max_obs_length``, so a gold answer past the cut still counts.
+* ``search_hit``: earned by each turn whose call to a search tool (``search_tools``, by name)
+  came back with a gold answer in its text, on token boundaries after normalisation
+  (``gold_in_documents``, the retriever's recall rule), once a turn. It reads the tool's text
+  before the observation's cut to ``max_obs_length``, so a gold answer past the cut still
+  counts. More searches can earn more; ``max_turns`` bounds them, and the group estimators
+  compare each turn with the same turn of the group's other samples, so a search pays only
+  where others at that turn did worse.
 * ``malformed_call``: added once per call of the turn that was malformed (status
   ``invalid/<reason>``); a negative value penalises it.
 
@@ -44,9 +45,14 @@ def rule_turn_rewards(
                 rewards[turn] += malformed_call
     if search_hit:
         golds = golds_from_ground_truth(ground_truth)
-        for turn, name, status, message in calls:
-            hit = status == "ok" and name in search_tools and gold_in_documents([message], golds)
-            if hit and turn < num_turns:
-                rewards[turn] += search_hit
-                break
+        hits = {
+            turn
+            for turn, name, status, message in calls
+            if status == "ok"
+            and name in search_tools
+            and turn < num_turns
+            and gold_in_documents([message], golds)
+        }
+        for turn in hits:
+            rewards[turn] += search_hit
     return rewards

@@ -58,7 +58,7 @@ class Scored:
 
     @property
     def turn_values(self) -> list[list[float]]:
-        """Each trajectory's turn rewards (``turn_scores`` at its turns' last tokens), in order."""
+        """Each trajectory's turn rewards (``turn_scores`` at its turns' last tokens), by turn."""
         values: list[list[float]] = [[] for _ in self.rollout.trajectories]
         turns = self.batch.get("turn_scores")
         if turns is None:
@@ -109,13 +109,16 @@ def _tied_groups(
     group_ids: Sequence[str], scores: torch.Tensor, turn_values: Sequence[Sequence[float]] | None = None
 ) -> dict[str, tuple[list[int], bool]]:
     """Each group's rows and whether it gives every sample A = 0, groups in draw order: its scores
-    all tie (``core.advantages.group_ties``: the estimators' own rule) and so do its turn rewards,
-    pooled over its samples (the group turn scheme of ``core.turn_credit``)."""
+    all tie (``core.advantages.group_ties``: the estimators' own rule) and so do its turn rewards
+    turn by turn (the group turn scheme of ``core.turn_credit``: a baseline per turn index)."""
     ties = group_ties(scores, list(group_ids))
     groups = {}
     for gid, rows in group_rows(group_ids).items():
-        pooled = [v for i in rows for v in turn_values[i]] if turn_values is not None else []
-        groups[gid] = (rows, bool(ties[rows[0]]) and (not pooled or min(pooled) == max(pooled)))
+        by_turn: dict[int, set[float]] = {}
+        for i in rows:
+            for k, value in enumerate(turn_values[i] if turn_values is not None else ()):
+                by_turn.setdefault(k, set()).add(value)
+        groups[gid] = (rows, bool(ties[rows[0]]) and all(len(values) == 1 for values in by_turn.values()))
     return groups
 
 

@@ -71,6 +71,7 @@ def advantages_and_returns(
         step_index=torch.tensor(list(batch["step_index"])) if stepped else None,
         turn_rewards=turns if with_turns else None,
         turn_ends=batch["response_turn_ends"] if with_turns else None,
+        turn_index=batch["response_turn_index"] if with_turns else None,
     )
     advantages, returns = estimator.fn(inputs)
     if use_critic and algo.whiten_advantages:

@@ -399,10 +399,13 @@ def _mean_and_error_by_length(advantages, sim):
     return stats
 
 
+@pytest.mark.parametrize("per_index", [True, False], ids=["baseline_per_turn_index", "pooled_baseline"])
 @pytest.mark.parametrize("name", ["grpo", "drgrpo", "rloo"])
-def test_group_normalised_turn_rewards_do_not_favour_longer_or_shorter_trajectories(name):
+def test_group_normalised_turn_rewards_do_not_favour_longer_or_shorter_trajectories(name, per_index):
     sim = _simulated_groups(seed=0)
     trajectory_ids = sim["trajectory"].tolist()
+    # each simulated row is one step of one turn: its step index is its turn's number
+    turn_index = torch.where(sim["turn_ends"], sim["step_index"][:, None], -1)
     inputs = AdvantageInputs(
         sim["token_level_rewards"],
         sim["mask"],
@@ -411,6 +414,7 @@ def test_group_normalised_turn_rewards_do_not_favour_longer_or_shorter_trajector
         step_index=sim["step_index"],
         turn_rewards=sim["turn_rewards"],
         turn_ends=sim["turn_ends"],
+        turn_index=turn_index if per_index else None,
     )
     advantages, _ = get_advantage_estimator(name).fn(inputs)
     # Each mean within four standard errors of 0, for every length (24 checks at 4σ: a
@@ -496,3 +500,31 @@ def test_the_registry_routes_steps_and_turn_rewards_to_each_estimator():
     # Turn rewards without their turn ends cannot be pooled.
     with pytest.raises(ValueError, match="turn_ends"):
         get_advantage_estimator("rloo").fn(AdvantageInputs(**{**inputs.__dict__, "turn_ends": None}))
+
+
+def _two_turn_group(rewards_per_sample: list[list[float]]):
+    """One group, one row per sample, one token per turn, every token a turn end."""
+    width = max(len(r) for r in rewards_per_sample)
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rewards_per_sample])
+    turn_rewards = torch.tensor([r + [0.0] * (width - len(r)) for r in rewards_per_sample])
+    turn_ends = mask.bool()
+    turn_index = torch.where(turn_ends, torch.arange(width)[None, :], -1)
+    return mask, turn_rewards, turn_ends, turn_index
+
+
+def test_samples_that_earned_the_same_at_every_turn_get_no_turn_advantage_with_a_baseline_per_index():
+    # every sample: a search that found the answer (0.2), then an answer turn (0)
+    mask, rewards, ends, index = _two_turn_group([[0.2, 0.0]] * 4)
+    per_index = compute_turn_advantages(rewards, ends, mask, [0] * 4, baseline="drgrpo", turn_index=index)
+    assert torch.equal(per_index, torch.zeros_like(per_index))
+    pooled = compute_turn_advantages(rewards, ends, mask, [0] * 4, baseline="drgrpo")
+    assert pooled.abs().sum() > 0  # the pooled baseline moves credit between kinds of turns
+
+
+def test_a_second_search_that_finds_the_answer_earns_credit_over_answering_at_that_turn():
+    # A: search (hit), search (hit), answer; B: search (hit), answer
+    mask, rewards, ends, index = _two_turn_group([[0.2, 0.2, 0.0], [0.2, 0.0]])
+    advantages = compute_turn_advantages(rewards, ends, mask, [0, 0], baseline="drgrpo", turn_index=index)
+    # turn 0 ties (no credit); turn 1: A's search +0.1, B's answer -0.1; turn 2: only A, no baseline
+    assert advantages[0].tolist() == pytest.approx([0.1, 0.1, 0.0])
+    assert advantages[1].tolist() == pytest.approx([-0.1, -0.1, 0.0])
