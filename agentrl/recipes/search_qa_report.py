@@ -216,7 +216,9 @@ def plot_curves(out: Path, path: Path, *, window: int = 4) -> Path | None:
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14, 3.6))
     left.plot(*metric_series(sft, "loss"), marker=".")
     left.set(title="SFT warm start", xlabel="optimiser step", ylabel="NLL of model tokens")
-    for (name, steps), color in zip(runs.items(), ("tab:blue", "tab:orange", "tab:green"), strict=True):
+    for (name, steps), color in zip(
+        runs.items(), ("tab:blue", "tab:orange", "tab:green", "tab:red"), strict=True
+    ):
         # the reward role's EM over every sample the step generated: under dynamic sampling the
         # batch's reward/score/mean covers only the kept groups
         x, reward = metric_series(steps, "reward/em")
