@@ -248,17 +248,15 @@ def compute_turn_advantages(
 ) -> torch.Tensor:
     """The group estimators' per-token turn advantage, added to the outcome advantage.
 
-    Each turn reward r is compared with its group's turn rewards at the same turn index
-    (``turn_index``; without it, every turn end of every trajectory of the group, pooled),
-    n_g of them, by the estimator's own baseline:
+    Each turn reward r is compared with its group's n_g turn rewards at its turn index
+    (``turn_index``; without it, pooled over the group) by the estimator's own baseline:
 
         r̃ = (r − mean_g) / (std_g + eps)        ("grpo"; std unbiased, as the outcome's)
         r̃ =  r − mean_g                          ("drgrpo")
         r̃ =  r − (Σ_g r − r) / (n_g − 1)         ("rloo")
 
-    then summed as a discounted return-to-go over the turn ends at or after each token,
-    across the trajectory's later steps: ``group_normalised_turn_returns``, which also
-    states the scheme's bias.
+    then summed as a discounted return-to-go over the turn ends at or after each token, across
+    later steps: ``group_normalised_turn_returns``, which also states the scheme's bias.
     """
     if baseline == "rloo":
         centre = _rloo_centred
@@ -375,16 +373,9 @@ def _group_estimator(name: str) -> Callable[[AdvantageInputs], tuple[torch.Tenso
         # grpo with norm_adv_by_std_in_grpo off normalises its turns as Dr.GRPO does.
         baseline = "drgrpo" if name == "grpo" and not x.norm_adv_by_std_in_grpo else name
         turn_ends = _require(x.turn_ends, "turn_ends with turn_rewards", name)
+        layout = (x.trajectory_ids, x.step_index)
         advantages = advantages + compute_turn_advantages(
-            x.turn_rewards,
-            turn_ends,
-            x.mask,
-            group_ids,
-            x.gamma,
-            baseline,
-            x.trajectory_ids,
-            x.step_index,
-            turn_index=x.turn_index,
+            x.turn_rewards, turn_ends, x.mask, group_ids, x.gamma, baseline, *layout, turn_index=x.turn_index
         )
         return advantages, advantages.clone()
 

@@ -181,7 +181,9 @@ class PPOTrainer:
 
     def learn(self, scored: Scored, timer: StepTimer, off_policy: bool) -> tuple[Batch, dict[str, float]]:
         """Stages 2 and 3 of a step: the training batch from the scored rollout, then the updates."""
-        batch, padding = pad_rows(scored.batch, self.row_multiple)  # rows the ranks split evenly
+        # every stage splits a batch evenly over its group's ranks; a trajectory's steps add rows
+        ranks = [g.world_size for g in (self.roles.actor, self.roles.critic, self.roles.reference) if g]
+        batch, padding = pad_rows(scored.batch, math.lcm(*ranks))
         if self.context.old_log_prob_source == "update_forward":
             single_step_or_refuse(len(batch), self.config.actor.update.mini_batch_size)
         # Stage 2: make training data
@@ -324,9 +326,6 @@ class PPOTrainer:
     def take_roles(self, roles: Roles) -> None:
         """The run's roles and the step sampler over them; the run directory with its config."""
         self.roles = roles
-        # every stage splits a batch evenly over its group's ranks; a trajectory's steps add rows
-        ranks = [g.world_size for g in (roles.actor, roles.critic, roles.reference) if g is not None]
-        self.row_multiple = math.lcm(*ranks)
         grouped = self.estimator.needs_groups
         self.sampler = StepSampler(self.config, self.roles, self.tokenizer, self.loader, grouped)
         self.run_dir.mkdir(parents=True, exist_ok=True)

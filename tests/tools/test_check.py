@@ -50,7 +50,7 @@ def test_the_tools_are_built_once_and_their_identity_returned_tags_and_names_in_
         ("search", "lookup", "calculate"), ("search", "lookup", "calculate"), HERMES
     )
     with pytest.raises(
-        ToolConfigError, match=r"actor.rollout.tool_format must be one of \['hermes', 'tags'\]"
+        ToolConfigError, match=r"actor.rollout.tool_format must be one of \['hermes', 'qwen3_coder', 'tags'\]"
     ):
         check_tools(tools, "xml")
 
