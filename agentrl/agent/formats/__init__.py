@@ -46,6 +46,14 @@ __all__ = [
 ]
 
 
+# the formats whose calls go through a chat template, and the template each writes of its own
+# (chosen by ``chat_template`` set to the format's name; ``model`` takes the tokenizer's)
+_TEMPLATED = {
+    "hermes": (HermesFormat, HERMES_TEMPLATE),
+    "qwen3_coder": (Qwen3CoderFormat, QWEN3_CODER_TEMPLATE),
+}
+
+
 def build_format(
     rollout_config: RolloutConfig,
     tokenizer: Any,
@@ -72,20 +80,12 @@ def build_format(
             enable_thinking=cfg.enable_thinking,
             max_obs_length=cfg.max_obs_length,
         )
-    if cfg.tool_format == "hermes":
-        return HermesFormat(
+    if cfg.tool_format in _TEMPLATED:
+        cls, own_template = _TEMPLATED[cfg.tool_format]
+        return cls(
             tokenizer,
             specs,
-            template=HERMES_TEMPLATE if cfg.chat_template == "hermes" else None,
-            keep_thinking=cfg.keep_thinking,
-            enable_thinking=cfg.enable_thinking,
-            max_obs_length=cfg.max_obs_length,
-        )
-    if cfg.tool_format == "qwen3_coder":
-        return Qwen3CoderFormat(
-            tokenizer,
-            specs,
-            template=QWEN3_CODER_TEMPLATE if cfg.chat_template == "qwen3_coder" else None,
+            template=own_template if cfg.chat_template == cfg.tool_format else None,
             keep_thinking=cfg.keep_thinking,
             enable_thinking=cfg.enable_thinking,
             max_obs_length=cfg.max_obs_length,
