@@ -123,6 +123,17 @@ def test_a_node_whose_watch_died_does_not_answer_and_one_alive_does(ray_cluster)
         assert watch.answers(node)
         (sentinel,) = watch._sentinels.values()
         ray.kill(sentinel)
+        # ray.kill only asks for the kill: a ping sent at once can still be served, so the
+        # watch is asked once the sentinel is known dead (its own calls fail)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                ray.get(sentinel.ping.remote(), timeout=2.0)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the killed sentinel still answered after 10 s")
         assert not watch.answers(node)
     finally:
         watch.shutdown()
