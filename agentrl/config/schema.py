@@ -19,6 +19,8 @@ ToolErrorPolicy = Literal["observe", "raise"]
 # what a conversation that outgrows context.max_tokens loses (agent/context.py): nothing (it is cut
 # at the context window as before), older observations' contents, or older turns whole
 ContextPolicy = Literal["none", "keep_last", "drop_turns"]
+# which differences make a dynamic-sampling group informative: outcomes or any turn reward, or outcomes only
+GroupSignal = Literal["outcome_or_turns", "outcome"]
 DtypeName = Literal["float32", "bfloat16", "float16"]
 LrSchedule = Literal["constant", "cosine", "linear"]
 Strategy = Literal["dp", "fsdp"]  # dp: full replicas, gradients summed; fsdp: FSDP2 shards
@@ -237,6 +239,10 @@ class DynamicSamplingConfig:
     # generation rounds a step may take, each drawing data.train_batch_size prompts; a step still
     # short of data.train_batch_size informative groups after them fills up with tied ones and says so
     max_rounds: int = 4
+    # outcome_or_turns: a group is kept when its outcomes or any turn's rewards differ (either gives
+    # an advantage); outcome: only when its outcomes differ, so turn rewards shape the groups kept
+    # for their outcomes and never fill a step on their own
+    signal: GroupSignal = "outcome_or_turns"
 
 
 @dataclass

@@ -187,22 +187,25 @@ def fill_groups(
     collate: Callable[[list[Trajectory]], Batch],
     target: int,
     max_rounds: int,
+    by_turns: bool = True,
 ) -> tuple[Scored, dict[str, float]]:
     """Rounds of ``draw(round)`` after ``first`` until ``target`` informative groups were drawn or
-    ``max_rounds`` rounds ran; returns the kept rows (``collate``d anew, their scores carried
-    over) and metrics: ``dynamic_sampling/*`` and ``signal_metrics`` of every drawn row. The kept
-    ``Scored`` has the kept trajectories, the rollout metrics of everything generated
-    (``RolloutResult.merge``), and the reward metrics averaged over every scored row."""
+    ``max_rounds`` rounds ran (informative: outcomes differ, or with ``by_turns`` any turn's
+    rewards differ; ``algorithm.dynamic_sampling.signal``); returns the kept rows (``collate``d
+    anew, their scores carried over) and metrics: ``dynamic_sampling/*`` and ``signal_metrics``
+    of every drawn row. The kept ``Scored`` has the kept trajectories, the rollout metrics of
+    everything generated (``RolloutResult.merge``), and the reward metrics averaged over every
+    scored row."""
     rounds = [first]
-    found = _informative_groups(first)
+    found = _informative_groups(first, by_turns)
     while len(rounds) < max_rounds and found < target:
         rounds.append(draw(len(rounds)))
-        found += _informative_groups(rounds[-1])
+        found += _informative_groups(rounds[-1], by_turns)
     trajectories = [t for part in rounds for t in part.rollout.trajectories]
     outcomes = torch.cat([part.outcomes for part in rounds])  # one per trajectory
     turn_values = [values for part in rounds for values in part.turn_values]
     group_ids = [t.group_id for t in trajectories]
-    selection = select_groups(group_ids, outcomes, target, turn_values)
+    selection = select_groups(group_ids, outcomes, target, turn_values if by_turns else None)
     merged = _merge_rounds([part.rollout for part in rounds])
     kept_trajectories = [trajectories[i] for i in selection.rows]
     batch = collate(kept_trajectories)
@@ -234,6 +237,6 @@ def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
     return merged
 
 
-def _informative_groups(part: Scored) -> int:
-    groups = _tied_groups(part.group_ids, part.outcomes, part.turn_values)
+def _informative_groups(part: Scored, by_turns: bool) -> int:
+    groups = _tied_groups(part.group_ids, part.outcomes, part.turn_values if by_turns else None)
     return sum(not tied for _, tied in groups.values())

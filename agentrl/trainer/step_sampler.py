@@ -91,7 +91,8 @@ class StepSampler:
             return self.generate_scored(self.loader.next_batch(), step, round_index, timer)
 
         target = self.config.data.train_batch_size
-        kept, metrics = fill_groups(first, draw, self.collate, target, sampling.max_rounds)
+        by_turns = sampling.signal == "outcome_or_turns"
+        kept, metrics = fill_groups(first, draw, self.collate, target, sampling.max_rounds, by_turns)
         kept.batch["turn_scores"], _ = turn_scores(kept.batch, self.config.reward)
         padded = int(metrics["dynamic_sampling/padded_groups"])
         if padded:

@@ -188,3 +188,33 @@ def test_dynamic_sampling_keeps_a_stepped_trajectorys_rows_with_its_outcome_on_e
     assert [t.uid for t in kept.rollout.trajectories] == ["g0-0", "g0-1"]
     assert len(kept.batch) == 4 and kept.batch["scores"].tolist() == [1.0, 1.0, 1.0, 0.0]
     assert metrics["dynamic_sampling/informative_groups"] == 1.0
+
+
+def test_with_signal_outcome_a_group_whose_turn_rewards_alone_differ_does_not_fill_the_step():
+    def round_of(group: str, outcomes: list[float], hits: list[float]) -> Scored:
+        trajectories = []
+        for k in range(2):
+            t = Trajectory(prompt=PromptSpec([1]), group_id=group, uid=f"{group}-{k}")
+            t.append([7, 8], Segment.MODEL, [0.0, 0.0])  # one turn: a search
+            t.step_turns.append(0)
+            t.step_turn_ends.append(1)
+            trajectories.append(t)
+        batch = _collate(trajectories)
+        batch["scores"] = torch.tensor(outcomes)
+        batch["turn_scores"] = torch.zeros(batch["response_turn_ends"].shape)
+        batch["turn_scores"][batch["response_turn_ends"].bool()] = torch.tensor(hits)
+        return Scored(RolloutResult(trajectories, {}), batch)
+
+    searches_differ = round_of("g0", [0.0, 0.0], [0.2, 0.0])
+    outcomes_differ = round_of("g1", [1.0, 0.0], [0.0, 0.0])
+    assert searches_differ.turn_values == [[pytest.approx(0.2)], [0.0]]
+
+    def run(by_turns: bool) -> tuple[Scored, dict]:
+        return fill_groups(searches_differ, lambda _: outcomes_differ, _collate, 1, 2, by_turns)
+
+    kept, metrics = run(by_turns=True)
+    assert [t.group_id for t in kept.rollout.trajectories] == ["g0", "g0"]
+    assert metrics["dynamic_sampling/rounds"] == 1.0
+    kept, metrics = run(by_turns=False)
+    assert [t.group_id for t in kept.rollout.trajectories] == ["g1", "g1"]
+    assert metrics["dynamic_sampling/rounds"] == 2.0 and metrics["dynamic_sampling/informative_groups"] == 1.0
