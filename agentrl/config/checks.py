@@ -178,6 +178,7 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
     if not rollout.val_greedy and rollout.temperature <= 0:
         problems.append(f"config key 'actor.rollout.temperature' must be > 0, got {rollout.temperature}")
     _check_signal_options(cfg, problems)
+    _check_judge(cfg, problems)
     _check_lora(cfg, problems)
     _check_best(cfg, problems)
     _check_skip_old_log_prob(cfg, problems)
@@ -212,6 +213,31 @@ def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(
             f"config key 'trainer.alarm_after_steps' must be >= 0 (0: off), "
             f"got {cfg.trainer.alarm_after_steps}"
+        )
+
+
+def _check_judge(cfg: ExperimentConfig, problems: list[str]) -> None:
+    """The LLM judge's numbers, checked whether or not a url is set (a preset may set it later)."""
+    judge = cfg.reward.judge
+    floors = {
+        "max_concurrency": (judge.max_concurrency, 1),
+        "max_tokens": (judge.max_tokens, 1),
+        "retries": (judge.retries, 0),
+        "backoff_s": (judge.backoff_s, 0),
+        "price_in_per_mtok": (judge.price_in_per_mtok, 0),
+        "price_out_per_mtok": (judge.price_out_per_mtok, 0),
+    }
+    problems += [
+        f"config key 'reward.judge.{key}' must be >= {floor}, got {value}"
+        for key, (value, floor) in floors.items()
+        if value < floor
+    ]
+    if not judge.timeout_s > 0:
+        problems.append(f"config key 'reward.judge.timeout_s' must be > 0 seconds, got {judge.timeout_s}")
+    if judge.url is not None and not judge.url.startswith(("http://", "https://")):
+        problems.append(
+            f"config key 'reward.judge.url' must be an http(s) base URL like 'http://host:8000' "
+            f"or null, got '{judge.url}'"
         )
 
 

@@ -33,6 +33,11 @@ LoggerName = Literal["console", "jsonl", "tensorboard", "wandb"]
 ToolFormat = Literal["tags", "hermes", "qwen3_coder"]  # qwen3_coder: <function=…> XML in <tool_call>
 # model: the tokenizer's own chat template; hermes: the Hermes-style one in agent/formats/templates.py
 ChatTemplate = Literal["model", "hermes", "qwen3_coder"]  # qwen3_coder: in agent/formats/qwen3_coder.py
+# how the LLM judge (rewards/judge.py) asks: one request per answer, or one per group of answers
+JudgeMode = Literal["pointwise", "group"]
+# what a judge request that failed for good becomes: its answers' rule score
+# (reward.judge.fallback_metric), counted, or an error
+JudgeFailure = Literal["fallback", "raise"]
 
 
 @dataclass
@@ -203,6 +208,27 @@ class TurnRewardConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """An LLM judge behind an OpenAI-compatible chat-completions endpoint (``rewards/judge.py``)."""
+
+    url: str | None = None  # base URL, POSTed at {url}/v1/chat/completions; None: no judge
+    model: str = "judge"  # the "model" field of each request
+    # pointwise: a verdict per answer; group: one request scores all of a question's answers (RULER)
+    mode: JudgeMode = "pointwise"
+    max_concurrency: int = 16  # requests in flight at once
+    timeout_s: float = 30.0  # per request; a timeout is not retried
+    retries: int = 2  # further attempts after a connection error, a 429 or a 5xx
+    backoff_s: float = 0.5  # the wait before the first retry, doubled before each next one
+    cache_dir: str | None = None  # a directory of judged requests, reused across runs; None: no cache
+    on_failure: JudgeFailure = "fallback"  # fallback: the rule score below, counted; raise: stop
+    fallback_metric: str = "em"  # the rule metric (em | f1 | cover_em) a failed request's answers get
+    price_in_per_mtok: float = 0.0  # USD per million prompt tokens, for judge/cost_usd
+    price_out_per_mtok: float = 0.0  # USD per million completion tokens
+    api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the bearer key; unset: no header
+    max_tokens: int = 256  # the "max_tokens" of each request: a cap on the judge's reply
+
+
+@dataclass
 class RewardConfig:
     scorer: str | None = None  # "pkg.module:function"; None uses the registry by data_source
     format_score: bool = False  # score the tag structure too (see agentrl.rewards)
@@ -218,6 +244,7 @@ class RewardConfig:
     overlong_buffer: int = 0
     overlong_penalty_factor: float = 1.0
     turn: TurnRewardConfig = field(default_factory=TurnRewardConfig)  # rewards per turn (0: none)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # an LLM judge (url None: none)
     reward_model_path: str | None = None  # optional learned reward model (scalar head)
     micro_batch_size: int = 4  # sequences per forward of the reward model
 
