@@ -151,4 +151,5 @@ def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[
         "calls": [[(c.turn, c.name, c.status, c.message) for c in t.calls] for t in trajectories],
         "turn_rewards": [list(t.turn_rewards) for t in trajectories],
         "context_compactions": [t.context_compactions for t in trajectories],
+        "outcome_reward": [t.outcome_reward for t in trajectories],
     }

@@ -144,7 +144,7 @@ def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_res
     check_context_config(config.context, max_prompt_length + max_response_length)
 
 
-def _checked_tools(tools: Mapping[str, Any] | Sequence[Any]) -> tuple[dict[str, Any], list[TypedTool]]:
+def checked_tools(tools: Mapping[str, Any] | Sequence[Any]) -> tuple[dict[str, Any], list[TypedTool]]:
     """The tools by tag (tag tools and schema tools alike), each checked, and their typed faces."""
     by_tag = dict(tools) if isinstance(tools, Mapping) else {as_typed(t).tag: t for t in tools}
     typed = []
@@ -162,7 +162,7 @@ def prompt_encoder(
     """How a rollout with ``config`` encodes a prompt's chat messages (its format, with its tools'
     schemas in ``hermes``), for whoever must know the prompt's length before the rollout (the
     training data's ``max_prompt_length`` check). Builds the tools and the format, checked."""
-    _, typed = _checked_tools(build_tools(config.tools) if tools is None else tools)
+    _, typed = checked_tools(build_tools(config.tools) if tools is None else tools)
     specs = [t.spec for t in typed]
     fmt = build_format(config, tokenizer, specs, tags={t.name: t.tag for t in typed})
     return lambda messages: fmt.prompt_ids(list(messages), specs)
@@ -191,7 +191,7 @@ class LLMGenerationManager:
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
-        self.tools, typed = _checked_tools(build_tools(config.tools) if tools is None else tools)
+        self.tools, typed = checked_tools(build_tools(config.tools) if tools is None else tools)
         self.specs = [t.spec for t in typed]
         self.format = build_format(config, tokenizer, self.specs, tags={t.name: t.tag for t in typed})
         if getattr(self.format, "renders_history", False):  # said once: every turn may be a new step

@@ -167,6 +167,9 @@ class Trajectory:
     # per model turn: the rewards its tools returned with their results (ToolResult.reward), summed
     turn_rewards: list[float] = field(default_factory=list)
     context_compactions: int = 0  # times the context policy compacted the conversation (context.py)
+    # the score an agent harness gave the trajectory (endpoint/agents.py), used instead of the
+    # reward's rule; None: the rule scores it
+    outcome_reward: float | None = None
     steps: list[Step] = field(default_factory=list)  # the closed steps, in order (module docstring)
     step_prompt_ids: list[int] | None = None  # the current step's prompt; None: the prompt's own
     step_reason: StepReason = "start"  # why the current step began

@@ -69,6 +69,18 @@ def with_overlong_penalty(
     return scores + penalty.to(scores.dtype)
 
 
+def with_outcome_rewards(scores: torch.Tensor, batch: Batch, metrics: dict[str, float]) -> torch.Tensor:
+    """The score an agent harness gave a trajectory (``outcome_reward``, ``endpoint/agents.py``)
+    in place of the rule's, row by row; ``reward/harness_scored`` is the share of rows it gave."""
+    given = batch["outcome_reward"] if "outcome_reward" in batch else [None] * len(scores)
+    mask = torch.tensor([value is not None for value in given], dtype=torch.bool)
+    if not bool(mask.any()):
+        return scores
+    values = torch.tensor([0.0 if value is None else float(value) for value in given], dtype=scores.dtype)
+    metrics["reward/harness_scored"] = float(mask.float().mean())
+    return torch.where(mask, values, scores)
+
+
 def rollout_calls(batch: Batch) -> list[RolloutCalls]:
     """Each row's record of its calls, as the rollout made it (``agentrl.agent.collate``)."""
     fields = ("tool_calls", "tool_calls_invalid", "tool_outputs")
@@ -129,9 +141,8 @@ class RuleRewardWorker(RoleWorker):
         metrics = {
             f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values
         }
-        scores = with_format_penalty(
-            torch.tensor(scores, dtype=torch.float32), batch, self.reward.format_penalty, metrics
-        )
+        scores = with_outcome_rewards(torch.tensor(scores, dtype=torch.float32), batch, metrics)
+        scores = with_format_penalty(scores, batch, self.reward.format_penalty, metrics)
         return with_overlong_penalty(
             scores, batch, self.reward, self.context.max_response_length, metrics
         ), metrics
