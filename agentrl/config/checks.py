@@ -14,6 +14,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from agentrl.config.checks_plugins import check_plugins
 from agentrl.config.schema import ExperimentConfig
 
 __all__ = ["ConfigError", "check_choice", "literal_choices", "ranks_divide", "validate_config"]
@@ -178,7 +179,7 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
     if not rollout.val_greedy and rollout.temperature <= 0:
         problems.append(f"config key 'actor.rollout.temperature' must be > 0, got {rollout.temperature}")
     _check_signal_options(cfg, problems)
-    _check_judge(cfg, problems)
+    check_plugins(cfg, problems)
     _check_lora(cfg, problems)
     _check_best(cfg, problems)
     _check_skip_old_log_prob(cfg, problems)
@@ -216,31 +217,6 @@ def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:
         )
 
 
-def _check_judge(cfg: ExperimentConfig, problems: list[str]) -> None:
-    """The LLM judge's numbers, checked whether or not a url is set (a preset may set it later)."""
-    judge = cfg.reward.judge
-    floors = {
-        "max_concurrency": (judge.max_concurrency, 1),
-        "max_tokens": (judge.max_tokens, 1),
-        "retries": (judge.retries, 0),
-        "backoff_s": (judge.backoff_s, 0),
-        "price_in_per_mtok": (judge.price_in_per_mtok, 0),
-        "price_out_per_mtok": (judge.price_out_per_mtok, 0),
-    }
-    problems += [
-        f"config key 'reward.judge.{key}' must be >= {floor}, got {value}"
-        for key, (value, floor) in floors.items()
-        if value < floor
-    ]
-    if not judge.timeout_s > 0:
-        problems.append(f"config key 'reward.judge.timeout_s' must be > 0 seconds, got {judge.timeout_s}")
-    if judge.url is not None and not judge.url.startswith(("http://", "https://")):
-        problems.append(
-            f"config key 'reward.judge.url' must be an http(s) base URL like 'http://host:8000' "
-            f"or null, got '{judge.url}'"
-        )
-
-
 def _check_skip_old_log_prob(cfg: ExperimentConfig, problems: list[str]) -> None:
     """π_old may be the update's own detached forward only if nothing moves the weights before it
     and nothing reads π_old before the update."""
@@ -265,6 +241,8 @@ def _check_skip_old_log_prob(cfg: ExperimentConfig, problems: list[str]) -> None
             f"actor.rollout.context.policy={actor.rollout.context.policy} (a trajectory's steps add rows "
             "past one mini-batch)"
         )
+    if actor.rollout.agent.entry is not None:
+        reasons.append("actor.rollout.agent.entry is set (an agent's episodes may add step rows)")
     if reasons:
         needs = "actor.skip_old_log_prob=true needs a single on-policy optimiser step: "
         problems.append(needs + "; ".join(reasons))

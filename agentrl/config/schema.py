@@ -105,6 +105,16 @@ class ToolConfig:
 
 
 @dataclass
+class AgentConfig:
+    """An agent function written against a chat API, rolled out through the run's endpoint instead
+    of the built-in loop (``endpoint/agents.py``): one episode per sample."""
+
+    entry: str | None = None  # "pkg.module:run", called as await run(task, client); None: the built-in loop
+    timeout_s: float = 600.0  # an episode's wall-clock limit; past it the episode ends, counted
+    max_concurrent: int = 256  # episodes in flight at once on one rank
+
+
+@dataclass
 class RolloutConfig:
     # hf (transformers, CPU/GPU) | vllm (offline LLM, coalesced batches) | vllm-async (AsyncLLM:
     # one request per turn, joining the running batch at the next step; prefix caching on)
@@ -144,6 +154,7 @@ class RolloutConfig:
     max_calls_per_turn: int = 4  # tool calls one turn may make (hermes)
     max_calls_per_trajectory: int | None = None  # None: no limit beyond the turns
     context: ContextConfig = field(default_factory=ContextConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)  # entry None: the built-in loop
 
 
 @dataclass

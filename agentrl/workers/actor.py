@@ -20,6 +20,7 @@ from agentrl.config.schema import ActorConfig
 from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
+from agentrl.endpoint.agents import AgentRollout
 from agentrl.engines.factory import choose_engine
 from agentrl.engines.link import EngineLink
 from agentrl.models.attention import use_varlen_attention
@@ -112,7 +113,7 @@ class ActorWorker(PolicyWorker, TrainableWorker):
     def _setup(self, actor: ActorConfig) -> None:
         super()._setup(actor)
         self._setup_optimizer(actor.optim)
-        self._rollout: LLMGenerationManager | None = None
+        self._rollout: LLMGenerationManager | AgentRollout | None = None
         context = self.context
         choice = choose_engine(
             actor.rollout, strategy=context.strategy, overlap_rollout=context.overlap_rollout, lora=self.lora
@@ -133,17 +134,31 @@ class ActorWorker(PolicyWorker, TrainableWorker):
     # --- Stage 1: rollout ------------------------------------------------------------
 
     @property
-    def rollout(self) -> LLMGenerationManager:
-        """The generation manager around the link's engine, built on first use (its tools may
-        open connections)."""
+    def rollout(self) -> LLMGenerationManager | AgentRollout:
+        """The rollout around the link's engine, built on first use (its tools may open
+        connections): the built-in loop, or the configured agent function's episodes."""
         if self._rollout is None:
-            self._rollout = LLMGenerationManager(
-                self.engine_link.engine,
-                self.tokenizer,
+            rollout, lengths = (
                 self.actor.rollout,
-                max_prompt_length=self.context.max_prompt_length,
-                max_response_length=self.context.max_response_length,
+                {
+                    "max_prompt_length": self.context.max_prompt_length,
+                    "max_response_length": self.context.max_response_length,
+                },
             )
+            engine = self.engine_link.engine
+            if rollout.agent.entry is None:
+                self._rollout = LLMGenerationManager(engine, self.tokenizer, rollout, **lengths)
+            else:
+                agent = rollout.agent
+                self._rollout = AgentRollout(
+                    engine,
+                    self.tokenizer,
+                    rollout,
+                    agent.entry,
+                    timeout_s=agent.timeout_s,
+                    max_concurrent=agent.max_concurrent,
+                    **lengths,
+                )
         return self._rollout
 
     def generate_sequences(

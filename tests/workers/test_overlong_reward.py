@@ -56,3 +56,14 @@ def test_without_a_buffer_the_scores_and_metrics_are_untouched():
     batch["response_text"] = ["<answer>x</answer>"]
     scores, metrics = _worker(RewardConfig()).compute_scores(batch)
     assert scores.tolist() == [1.0] and not any("overlong" in k for k in metrics)
+
+
+def test_a_score_an_agent_harness_gave_replaces_the_rules_and_the_penalties_still_apply():
+    rated = _trajectory(20, 0, "Rome")  # wrong by the rule: 0
+    rated.outcome_reward = 0.75
+    batch = collate([rated, _trajectory(20, 0, "Paris")], 0)
+    batch["response_text"] = ["<answer>x</answer>"] * 2
+    scores, metrics = _worker(RewardConfig()).compute_scores(batch)
+    assert scores.tolist() == [0.75, 1.0] and metrics["reward/harness_scored"] == 0.5
+    shaped, _ = _worker(RewardConfig(overlong_buffer=30, overlong_penalty_factor=1.0)).compute_scores(batch)
+    assert torch.allclose(shaped, torch.tensor([0.75, 1.0]) - 10 / 30)
