@@ -107,6 +107,52 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
         s.settimeout(1)
         s.connect(("127.0.0.1", port))
 
+    # The trained checkpoint behind `python -m agentrl.serve`, its tools run on the server: a
+    # plain HTTP request gets answers with the searches each sample made.
+    choices = _serve_and_ask(out, n=16)
+    assert len(choices) == 16 and all("answer" in c["message"] for c in choices)
+    searches = [call for c in choices for call in c["message"]["tool_calls_made"] if call["name"] == "search"]
+    assert searches and all(call["status"] == "ok" and call["result"] for call in searches)
+
+
+def _serve_and_ask(out, n: int) -> list[dict]:
+    """Serve the run's last checkpoint with its config and a retriever on its index; POST the
+    first test question (its training prompt) with ``n`` seeded samples; the reply's choices."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    from agentrl.ports import free_port
+    from retriever.process import RetrieverProcess
+
+    checkpoint = max((out / "ppo" / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))
+    question = json.loads((out / "test.jsonl").read_text().splitlines()[0])
+    port = free_port("127.0.0.1")
+    with RetrieverProcess(out / "index", log_path=out / "serve_retriever.log") as retriever:
+        command = [sys.executable, "-m", "agentrl.serve", "--model", str(checkpoint), "--config"]
+        command += [str(out / "ppo" / "config.yaml"), "--execute-tools", "--port", str(port)]
+        command += ["--retriever-url", retriever.retrieve_url]
+        server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            said = []
+            for line in iter(server.stdout.readline, ""):
+                if line.startswith("serving"):
+                    break
+                said.append(line)
+            else:
+                raise AssertionError("the server ended before serving:\n" + "".join(said))
+            body = {"messages": question["prompt"], "n": n, "temperature": 1.0, "seed": 0}
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                json.dumps(body).encode(),
+                {"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=120) as reply:
+                return json.loads(reply.read())["choices"]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
 
 def _retrieve_url(out) -> str:
     import yaml

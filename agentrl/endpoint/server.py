@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -45,8 +46,11 @@ class ChatEndpoint:
         budget: Budget,
         base: SamplingParams,
         model: str = "agentrl",
+        infer: Callable[[ChatEndpoint, ChatRequest], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
-        if not hasattr(fmt, "render_conversation"):
+        """``infer``: what answers a request outside an episode instead of one sampled turn (the
+        serving command's server-side tool loop)."""
+        if infer is None and not hasattr(fmt, "render_conversation"):
             raise ValueError(
                 "the endpoint speaks chat messages with tool_calls: actor.rollout.tool_format must be a "
                 f"chat-template format (hermes or qwen3_coder), not {getattr(fmt, 'name', fmt)!r}"
@@ -56,6 +60,7 @@ class ChatEndpoint:
         self.episodes: dict[str, Episode] = {}
         self.seeds: dict[str, int | None] = {}
         self.metrics: dict[str, float] = {}
+        self.custom_infer = infer
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
 
@@ -120,7 +125,7 @@ class ChatEndpoint:
             chat = read_request(body)
             uid = request.match_info.get("episode") or request.headers.get(EPISODE_HEADER)
             if uid is None:
-                reply = await self._infer(chat)
+                reply = await (self.custom_infer(self, chat) if self.custom_infer else self._infer(chat))
             else:
                 reply = await self._turn(uid, chat)
         except EpisodeError as error:
@@ -131,14 +136,18 @@ class ChatEndpoint:
     def _count(self, name: str) -> None:
         self.metrics[name] = self.metrics.get(name, 0.0) + 1.0
 
-    def _checked_tools(self, chat: ChatRequest) -> None:
-        if chat.tool_names is not None and set(chat.tool_names) != set(self.format.tool_names):
+    def check_tools(self, chat: ChatRequest) -> None:
+        """A request's ``tools``, when given, must name the run's tools."""
+        names = getattr(self.format, "tool_names", None)  # None: a format that lists none (tags)
+        if chat.tool_names is not None and names is not None and set(chat.tool_names) != set(names):
             raise EpisodeError(
-                f"'tools' must name the run's tools {sorted(self.format.tool_names)}, got "
+                f"'tools' must name the run's tools {sorted(names)}, got "
                 f"{sorted(chat.tool_names)} (the run renders its own tools' schemas into the prompt)"
             )
 
-    def _params(self, chat: ChatRequest, room: int, episode: bool) -> SamplingParams:
+    def sampling_for(self, chat: ChatRequest, room: int, episode: bool) -> SamplingParams:
+        """The request's sampling: the run's temperature and top-p in an ``episode`` (a request
+        for others is counted), the request's own outside one; at most ``room`` new tokens."""
         cap = min(self.base.max_new_tokens, room, chat.max_tokens or room)
         stop = tuple(dict.fromkeys((*self.base.stop, *chat.stop, *self.format.turn_stops(False))))
         params = replace(self.base, max_new_tokens=cap, stop=stop, seed=chat.seed)
@@ -165,9 +174,9 @@ class ChatEndpoint:
             raise EpisodeError(f"no open episode {uid!r}", status=404, code="episode_not_found")
         if chat.n != 1:
             raise EpisodeError(f"'n' must be 1 in an episode (it records one trajectory), got {chat.n}")
-        self._checked_tools(chat)
+        self.check_tools(chat)
         ids = episode.prompt_for(chat.messages)
-        params = self._params(chat, episode.room(), episode=True)
+        params = self.sampling_for(chat, episode.room(), episode=True)
         seed = self.seeds.get(uid)
         if seed is not None:
             params = replace(params, seed=derive_seed(seed, episode.trajectory.num_turns))  # type: ignore[union-attr]
@@ -177,10 +186,10 @@ class ChatEndpoint:
         return completion(self.model, len(ids), [choice], self.tokenizer, chat.logprobs)
 
     async def _infer(self, chat: ChatRequest) -> dict[str, Any]:
-        self._checked_tools(chat)
+        self.check_tools(chat)
         scratch = Episode(self.format, self.tokenizer, self.budget, uid="inference", group_id="inference")
         ids = scratch.prompt_for(chat.messages)
-        params = self._params(chat, scratch.room(), episode=False)
+        params = self.sampling_for(chat, scratch.room(), episode=False)
         seeds = [None if chat.seed is None else derive_seed(chat.seed, k) for k in range(chat.n)]
         results = await asyncio.gather(*(self.engine.generate(ids, replace(params, seed=s)) for s in seeds))
         choices = []
