@@ -55,6 +55,7 @@ class AgentTask:
     data_source: str = "unknown"
     index: Any = None
     extra_info: dict[str, Any] = field(default_factory=dict)
+    max_turns: int = 2  # the run's actor.rollout.max_turns: turns that may call tools, for an agent's cap
 
     @property
     def question(self) -> str:
@@ -188,6 +189,7 @@ class AgentRollout:
             data_source=prompt.data_source,
             index=prompt.index,
             extra_info=dict(prompt.extra_info),
+            max_turns=self.config.max_turns,
         )
         async with limit:
             url = endpoint.open_episode(uid, group_id, task, seed)

@@ -1,13 +1,13 @@
 """``AgentRollout``: agent functions as the rollout, with the built-in manager's contract.
 
-The scripted policy searches once, then answers; the agents below use only the ``openai`` SDK
-client they are given (and the run's tools through ``task.tools``).
+The scripted policy searches once, then answers; the agents use only the ``openai`` SDK client
+they are given (and the run's tools through ``task.tools``): the quickstart's shipped agent, and
+small ones that fail in each way an episode can.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 
 from support.dialects import Dialect
 from support.scripted_engine import ScriptedEngine, assert_rollout_invariants
@@ -17,7 +17,7 @@ from agentrl.agent import LLMGenerationManager, PromptSpec
 from agentrl.agent.formats import build_format
 from agentrl.agent.sampling import rollout_sampling
 from agentrl.config.schema import RolloutConfig
-from agentrl.endpoint.agents import AgentRollout, AgentTask, answer_of
+from agentrl.endpoint.agents import AgentRollout, answer_of
 from agentrl.tools.base import ToolResult
 
 CONFIG = RolloutConfig(
@@ -55,22 +55,6 @@ def prompts(tokenizer, count: int) -> list[PromptSpec]:
     return out
 
 
-async def sdk_agent(task: AgentTask, client) -> str | None:
-    messages = list(task.messages)
-    for _ in range(4):
-        reply = await client.chat.completions.create(
-            model="agentrl", messages=messages, tools=task.tool_schemas
-        )
-        message = reply.choices[0].message
-        messages.append(message.model_dump(exclude_none=True))
-        if not message.tool_calls:
-            return message.content
-        for call in message.tool_calls:
-            text = await task.tools[call.function.name](json.loads(call.function.arguments))
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
-    return None
-
-
 def rollout(tokenizer, agent, **kwargs) -> tuple[AgentRollout, ScriptedEngine]:
     engine = ScriptedEngine(tokenizer, policy)
     tools = [Lookup(s) for s in SPECS]
@@ -79,7 +63,7 @@ def rollout(tokenizer, agent, **kwargs) -> tuple[AgentRollout, ScriptedEngine]:
 
 def test_agent_episodes_equal_the_built_in_rollout_row_for_row_with_its_seeds(tokenizer):
     sampling = rollout_sampling(CONFIG, seed=7)
-    agents, engine = rollout(tokenizer, sdk_agent)
+    agents, engine = rollout(tokenizer, "agentrl.quickstart.sdk_agent:run")  # the agent the docs ship
     got = agents.run(prompts(tokenizer, 3), sampling, n=2, first_row=4)
     built_in_engine = ScriptedEngine(tokenizer, policy)
     manager = LLMGenerationManager(
