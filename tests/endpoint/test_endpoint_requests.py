@@ -174,3 +174,37 @@ def test_a_turn_with_no_room_left_is_refused_as_context_length_exceeded_and_mark
     trajectory = endpoint.close_episode("e1")
     assert trajectory.truncation.response_budget or trajectory.truncation.context
     assert len(trajectory.response_ids) == len(engine.calls[0].result.token_ids)  # the hint was not appended
+
+
+def test_with_the_tools_run_on_the_server_one_request_returns_the_answer_and_every_call_made(tokenizer):
+    from agentrl.agent import LLMGenerationManager
+    from agentrl.serve.tool_loop import ToolLoop
+    from agentrl.tools.base import ToolResult
+
+    class Lookup:
+        timeout_s = 5.0
+
+        def __init__(self, spec) -> None:
+            self.spec = spec
+
+        async def call(self, arguments: list[dict]) -> list[ToolResult]:
+            return [ToolResult("Doc: the tower is 330 m tall.") for _ in arguments]
+
+    endpoint, engine = serve(tokenizer)
+    lengths = {"max_prompt_length": 1024, "max_response_length": 512}
+    manager = LLMGenerationManager(engine, tokenizer, CONFIG, tools=[Lookup(s) for s in SPECS], **lengths)
+    endpoint.custom_infer = ToolLoop(manager).reply
+    ((status, reply),) = requests(endpoint, [("/v1/chat/completions", {"messages": QUESTION, "n": 2}, {})])
+    assert status == 200 and len(reply["choices"]) == 2
+    for choice in reply["choices"]:
+        message = choice["message"]
+        assert message["content"] == "<answer> 330 m </answer>" and message["answer"] == "330 m"
+        (call,) = message["tool_calls_made"]
+        assert call == {
+            "turn": 0,
+            "name": "search",
+            "arguments": {"query": "Eiffel Tower height"},
+            "status": "ok",
+            "result": "Doc: the tower is 330 m tall.",
+        }
+    assert reply["usage"]["completion_tokens"] == sum(len(c.result.token_ids) for c in engine.calls)
