@@ -30,3 +30,13 @@ def place_score_on_last_token(
     rows = torch.nonzero(receives, as_tuple=True)[0]
     token_scores[rows, last[rows]] = scores.to(mask.device)[rows]
     return token_scores
+
+
+def trajectory_of_rows(last_step: torch.Tensor) -> torch.Tensor:
+    """(B,) long: the trajectory (0, 1, …, in order) each row belongs to, when a trajectory's rows
+    are consecutive and ``last_step`` (B,) bool marks the last of each:
+
+        owner_i = Σ_{j<i} last_step_j
+    """
+    ends = last_step.to(torch.long)
+    return torch.cumsum(ends, 0) - ends

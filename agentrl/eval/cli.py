@@ -16,6 +16,10 @@ prose instead of an ``<answer>`` tag is scored on a short answer read from its l
 ``--config RUN/config.yaml`` evaluates the agent with the tools a run trained with (its
 ``actor.rollout.tools`` and how they are called, :data:`TOOL_FIELDS`); without it the agent
 has the default search tool. Search tools ask ``--retriever-url`` with ``--topk``.
+
+``--judge URL`` also scores every prediction with an LLM judge behind an OpenAI-compatible
+endpoint (``--judge-model``, ``--judge-mode``, ``--judge-cache``; ``agentrl.eval.judged``): each
+record gets ``judged`` and the tables a ``judged`` column with its interval beside EM.
 """
 
 from __future__ import annotations
@@ -29,14 +33,17 @@ from typing import Any
 
 from agentrl.config.errors import report_error
 from agentrl.config.loader import ConfigError, load_rollout
+from agentrl.config.schema import JudgeConfig
 from agentrl.data.qa import QADataError
 from agentrl.eval.backends import EvalModel
 from agentrl.eval.datasets import DatasetSpec, parse_dataset_arg
 from agentrl.eval.extraction import ANSWER_RULES
 from agentrl.eval.harness import evaluate
+from agentrl.eval.judged import make_judge
 from agentrl.eval.prompts import MODES
 from agentrl.eval.report import markdown_table
 from agentrl.eval.settings import EvalSettings
+from agentrl.rewards.judge import JUDGE_MODES
 
 # Where the command line's defaults depart from the default experiment's (``EvalSettings()``):
 # the Search-R1 evaluation's budgets it has always had, so a rerun of an older command measures
@@ -110,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="what a record scores: the accepted <answer> tag only, or failing one the first line of the "
         "last model turn (the fair baseline protocol; see agentrl/eval/extraction.py)",
     )
+    _add_judge_flags(p)
     p.add_argument("--engine", default="hf", choices=["hf", "vllm"])
     p.add_argument("--dtype", default="auto", help="model dtype for the engine (auto, float32, bfloat16)")
     p.add_argument("--max-batch-size", type=int, default=64, help="engine batch cap")
@@ -121,6 +129,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
+
+
+def _add_judge_flags(p: argparse.ArgumentParser) -> None:
+    """``--judge`` and its settings; the defaults are ``JudgeConfig``'s (``reward.judge``)."""
+    judge = JudgeConfig()
+    p.add_argument(
+        "--judge",
+        default=None,
+        metavar="URL",
+        help="an LLM judge's OpenAI-compatible base URL (POSTed at /v1/chat/completions): every "
+        "prediction is judged too, as the records' 'judged' and a column with its interval",
+    )
+    p.add_argument("--judge-model", default=judge.model, help="the judge requests' model")
+    p.add_argument(
+        "--judge-mode",
+        default=judge.mode,
+        choices=JUDGE_MODES,
+        help="the judge's prompt: a verdict per answer, or a score in [0, 1] (each question has one answer)",
+    )
+    p.add_argument(
+        "--judge-cache", default=None, metavar="DIR", help="reuse judged requests from this directory"
+    )
 
 
 def _specs(args: argparse.Namespace) -> list[DatasetSpec]:
@@ -178,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from_args(args)
         specs = _specs(args)
+        judge = (
+            make_judge(args.judge, args.judge_model, args.judge_mode, args.judge_cache)
+            if args.judge is not None
+            else None
+        )
     except ValueError as error:  # a flag's value
         return report_error(error, 2)
     model = EvalModel(
@@ -198,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 out_dir=out / mode,
                 corpus=args.corpus,
                 progress=not args.no_progress,
+                judge=judge,
             )
         except (QADataError, FileNotFoundError) as error:  # a data file, the model directory
             return report_error(error, 2)
@@ -206,9 +242,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"[{mode}] {json.dumps(results.metrics)} ({results.seconds:.0f} s, {results.resumed} resumed)",
             file=sys.stderr,
         )
+        if judge is not None:  # its fallbacks and failures say how far to trust the judged column
+            print(f"[{mode}] {json.dumps(judge.metrics(reset=True))}", file=sys.stderr)
     table = markdown_table(rows, ["dataset", "mode", "retriever"])
+    judged = f", judge: `{args.judge_model}` at {args.judge}" if judge is not None else ""
     (out / "summary.md").write_text(
-        f"model: `{args.model}`, answer rule: `{args.answer_rule}`\n\n{table}", encoding="utf-8"
+        f"model: `{args.model}`, answer rule: `{args.answer_rule}`{judged}\n\n{table}", encoding="utf-8"
     )
     print(table)
     return 0

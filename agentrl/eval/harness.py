@@ -30,6 +30,9 @@ builds a critic, an optimiser or a reference model. With ``out_dir`` the records
 resumable ``predictions.jsonl`` (see ``store.py``) and the per-dataset metrics to
 ``metrics.json`` / ``metrics.md``; without it everything stays in memory.
 
+With a ``judge`` (``--judge``), each chunk's records are also judged by the LLM judge before they
+are written (``judged.py``: the record's ``judged``, and a ``judged`` column with its interval).
+
 Tool errors stop the evaluation (``tool_error_policy="raise"``): a retriever that died
 halfway would otherwise turn into error observations and quietly lower the numbers. The
 records written so far are kept and the run resumes where it stopped.
@@ -48,12 +51,14 @@ from tqdm import tqdm
 from agentrl.agent.generation import LLMGenerationManager
 from agentrl.eval.backends import EvalModel, agent_tools, mode_retriever, retrieve, tool_names
 from agentrl.eval.datasets import DatasetSpec, EvalQuestion, load_all
+from agentrl.eval.judged import judge_header, judge_records
 from agentrl.eval.prompts import MODES, build_prompt
 from agentrl.eval.records import trajectory_record
 from agentrl.eval.report import aggregate
 from agentrl.eval.results import EvalResults
 from agentrl.eval.settings import EvalSettings
 from agentrl.eval.store import PREDICTIONS_FILE, ResultsStore
+from agentrl.rewards.judge import LLMJudge
 from agentrl.tools.retrieval.client import RetrieverClient
 
 __all__ = ["evaluate"]
@@ -75,6 +80,7 @@ def evaluate(
     out_dir: str | Path | None = None,
     corpus: str | None = None,
     progress: bool = True,
+    judge: LLMJudge | None = None,
 ) -> EvalResults:
     """Evaluate one model in one mode on ``datasets``; see the module docstring.
 
@@ -87,10 +93,11 @@ def evaluate(
         out_dir: where ``predictions.jsonl`` / ``metrics.json`` / ``metrics.md`` go; an
             existing ``predictions.jsonl`` with the same settings is resumed.
         corpus: a label recorded in the settings: what the retriever indexed.
+        judge: an LLM judge that scores each record's prediction too (``judged.py``).
     """
     settings = settings or EvalSettings()
     # before the model: a bad data file, tool or retriever fails in seconds
-    plan = _Plan.make(mode, datasets, settings, retriever_url, corpus)
+    plan = _Plan.make(mode, datasets, settings, retriever_url, corpus, judge)
     target = model if isinstance(model, EvalModel) else EvalModel(model)
     eng, tokenizer, model_name, owned = target.open()
     header = plan.header(model_name, target.engine_label(eng, owned))
@@ -135,6 +142,8 @@ def _score(
     )
     try:
         for new in _score_in_chunks(manager, plan, pending):
+            if plan.judge is not None:  # before the store: a resumed run keeps the judged values
+                new = judge_records(plan.judge, new)
             if store:
                 store.append(new)
             records.extend(new)
@@ -148,7 +157,7 @@ def _score(
 class _Plan:
     """What one evaluation runs, settled before any model loads (a bad data file, tool or
     retriever fails in seconds): the mode and settings, the questions of each dataset, the
-    retriever (its URL and what it says about itself) and the agent's tools."""
+    retriever (its URL and what it says about itself), the agent's tools and the LLM judge."""
 
     mode: str
     settings: EvalSettings
@@ -157,6 +166,7 @@ class _Plan:
     retriever_url: str | None
     retriever: dict[str, Any] | None
     tools: list[Any]
+    judge: LLMJudge | None = None
 
     @classmethod
     def make(
@@ -166,12 +176,13 @@ class _Plan:
         settings: EvalSettings,
         retriever_url: str | None,
         corpus: str | None,
+        judge: LLMJudge | None = None,
     ) -> _Plan:
         specs = _dataset_specs(mode, datasets)
         retriever = mode_retriever(mode, settings.rollout.tools, retriever_url, corpus)
         data = load_all(specs)
         tools = _tools(mode, settings, retriever_url)
-        return cls(mode, settings, specs, data, retriever_url, retriever, tools)
+        return cls(mode, settings, specs, data, retriever_url, retriever, tools, judge)
 
     def questions(self) -> list[EvalQuestion]:
         """Every question, dataset after dataset, in file order."""
@@ -185,6 +196,8 @@ class _Plan:
     def header(self, model_name: str, engine: str) -> dict[str, Any]:
         """The settings recorded beside the numbers (and compared when a run resumes)."""
         mode, settings = self.mode, self.settings
+        # only with a judge: a results file of an evaluation without one keeps its settings as they were
+        judged = {"judge": judge_header(self.judge)} if self.judge is not None else {}
         return {
             "mode": mode,
             "model": model_name,
@@ -203,6 +216,7 @@ class _Plan:
             "answer_rule": settings.answer_rule,
             "batch_size": settings.batch_size,
             "datasets": {s.name: s.describe() | {"questions": len(self.data[s.name])} for s in self.specs},
+            **judged,
         }
 
 

@@ -13,7 +13,9 @@ tag; ``answer_rate`` always counts accepted tags only.
 
 EM and F1 come with 95% percentile-bootstrap intervals over the questions (``em_lo``,
 ``em_hi``, ``f1_lo``, ``f1_hi``; ``agentrl.eval.stats.bootstrap_ci``), shown in the
-markdown table as ``0.312 [0.271, 0.353]``.
+markdown table as ``0.312 [0.271, 0.353]``. Records an LLM judge scored (``--judge``,
+``agentrl.eval.judged``) add ``judged``, the judged accuracy, beside EM with its interval the
+same way (``judged_lo``, ``judged_hi``); without them there is no such metric or column.
 
 Each tool's calls per question are ``tool_calls/<name>`` (from the records' ``tool_calls``:
 the calls the rollout sent each tool, by name, in every tool-call format; a tag tool's name
@@ -41,6 +43,7 @@ __all__ = [
 # record field -> (summary name, column header, decimals)
 METRICS: dict[str, tuple[str, str, int]] = {
     "em": ("em", "EM", 3),
+    "judged": ("judged", "judged", 3),  # only in records an LLM judge scored (eval/judged.py)
     "f1": ("f1", "F1", 3),
     "cover_em": ("cover_em", "cover-EM", 3),
     "answered": ("answer_rate", "answered", 3),
@@ -53,7 +56,7 @@ METRICS: dict[str, tuple[str, str, int]] = {
     "truncated": ("truncated", "truncated", 3),
 }
 # summary metrics that get a bootstrap interval ``<name>_lo`` / ``<name>_hi`` at CI_LEVEL
-CI_METRICS = ("em", "f1")
+CI_METRICS = ("em", "judged", "f1")
 CI_LEVEL = 0.95
 TOOL_CALLS = "tool_calls/"  # + a tool's name: its calls per question
 

@@ -78,8 +78,10 @@ def prompt_spec(
     rollout's, ``agent.generation.prompt_encoder``: with the tools' schemas in ``hermes``) or,
     without it, through the tokenizer's chat template when it has one; the messages are kept,
     so the rollout encodes them through its format; ``index`` when the row's ``extra_info``
-    has none."""
+    has none, and the row's ``question`` in ``extra_info`` (what ``reward.judge`` asks about)."""
     extra = dict(row.get("extra_info") or {})
+    if "question" in row and "question" not in extra:  # the bare question, for an LLM judge's request
+        extra["question"] = row["question"]
     messages = [dict(m) for m in row["prompt"]]
     return PromptSpec(
         prompt_ids=encode(messages) if encode is not None else encode_messages(tokenizer, messages),

@@ -21,6 +21,7 @@ from agentrl.agent.generation import RolloutResult
 from agentrl.agent.trajectory import Trajectory
 from agentrl.core.advantages import group_ties
 from agentrl.core.batch import Batch
+from agentrl.core.placement import trajectory_of_rows
 
 __all__ = [
     "Scored",
@@ -79,8 +80,7 @@ def _row_owner(batch: Batch) -> torch.Tensor:
     """The trajectory (0, 1, …, in order) each row belongs to: rows of one are consecutive."""
     if "last_step" not in batch:
         return torch.arange(len(batch))
-    ends = torch.tensor([bool(x) for x in batch["last_step"]], dtype=torch.long)
-    return torch.cumsum(ends, 0) - ends
+    return trajectory_of_rows(torch.tensor([bool(x) for x in batch["last_step"]]))
 
 
 def rows_of_trajectories(scored: Scored, outcomes: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,12 @@ rollout's per-row counts, the batch's ``tool_calls_invalid``), whichever scores 
 (``core.overlong.soft_overlong_penalty`` of the response's length against
 ``data.max_response_length``), whichever scores it.
 
+With ``reward.judge.url`` set, the LLM judge (``rewards/judge.py``) scores each trajectory's
+answer in place of the rule (``workers/judged.py``: its last row sent, the samples of one
+``group_id`` judged together under ``group`` mode); the rule's metrics are still reported beside
+``reward/judged`` and the judge's ``judge/*``, and a harness's ``outcome_reward`` and the
+penalties apply after it as they do to the rule's score.
+
 Turn rewards (``turn_scores``, computed on the driver: rule arithmetic on the rollout's
 record, whichever worker scores the outcome): each turn's reward, the tools' own
 (``ToolResult.reward``) plus the rules of ``reward.turn`` (``rewards/turns.py``), placed on
@@ -33,8 +39,10 @@ from agentrl.models.forward import no_grad_over_micro_batches
 from agentrl.models.layout import trim_padding
 from agentrl.models.loading import build_value_model
 from agentrl.rewards import RolloutCalls, score_batch
+from agentrl.rewards.judge import LLMJudge
 from agentrl.rewards.turns import rule_turn_rewards
 from agentrl.workers.base import RoleWorker
+from agentrl.workers.judged import judged_scores
 
 
 def with_format_penalty(
@@ -125,6 +133,9 @@ class RuleRewardWorker(RoleWorker):
 
     def _setup(self, reward: RewardConfig) -> None:
         self.reward = reward
+        # built once: its cache and concurrency bound serve every step. A failed request's answers
+        # get the judge's default fallback, the rule metric reward.judge.fallback_metric.
+        self.judge = LLMJudge(reward.judge) if reward.judge.url else None
 
     def compute_scores(self, batch: Batch) -> tuple[torch.Tensor, dict[str, float]]:
         tools = self.context.tools
@@ -141,7 +152,12 @@ class RuleRewardWorker(RoleWorker):
         metrics = {
             f"reward/{name}": float(np.nanmean(values)) for name, values in per_sample.items() if values
         }
-        scores = with_outcome_rewards(torch.tensor(scores, dtype=torch.float32), batch, metrics)
+        scores = torch.tensor(scores, dtype=torch.float32)
+        if self.judge is not None:
+            # the rule's metrics stay (reward/em beside reward/judged shows where the two disagree)
+            scores, judged = judged_scores(self.judge, batch)
+            metrics |= judged
+        scores = with_outcome_rewards(scores, batch, metrics)
         scores = with_format_penalty(scores, batch, self.reward.format_penalty, metrics)
         return with_overlong_penalty(
             scores, batch, self.reward, self.context.max_response_length, metrics

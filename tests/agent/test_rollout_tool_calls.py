@@ -459,6 +459,9 @@ def test_the_training_data_is_encoded_as_the_rollout_encodes_it(tokenizer):
     plain = prompt_spec(row, tokenizer)
     assert spec.messages == plain.messages == row["prompt"]
     assert prompt_encoder(RolloutConfig(), tokenizer, tools)(row["prompt"]) == plain.prompt_ids
+    assert "question" not in plain.extra_info  # a row without one adds none
+    asked = prompt_spec(row | {"question": "What is the capital of France?"}, tokenizer)
+    assert asked.extra_info["question"] == "What is the capital of France?"  # what an LLM judge reads
 
 
 # --- refusals -------------------------------------------------------------------------------
