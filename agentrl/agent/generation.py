@@ -88,6 +88,14 @@ class RolloutResult:
     # merged over data-parallel ranks by their maximum (the ranks run at once). Each producer
     # declares its own (``add_per_rank``), so the merge knows no name it did not make.
     per_rank: tuple[str, ...] = ()
+    # The names in ``metrics`` that are counts of this rank's events (an agent rollout's errors by
+    # reason, its endpoint's requests): summed over data-parallel ranks. Declared by their producer.
+    summed: tuple[str, ...] = ()
+
+    def add_summed(self, counts: dict[str, float]) -> None:
+        """Add counts of this rank's events to ``metrics``: over ranks they merge by their sum."""
+        self.metrics.update(counts)
+        self.summed = tuple(dict.fromkeys((*self.summed, *counts)))
 
     def add_per_rank(self, figures: dict[str, float]) -> None:
         """Add figures of this rank alone to ``metrics``, under their producer's names (the
@@ -98,7 +106,8 @@ class RolloutResult:
     @classmethod
     def merge(cls, parts: Sequence[RolloutResult]) -> RolloutResult:
         """The data-parallel ranks' rollouts as one: trajectories in rank order, the metrics
-        recomputed over all of them, and the largest of each per-rank figure (``per_rank``)."""
+        recomputed over all of them, the largest of each per-rank figure (``per_rank``) and the
+        sum of each count (``summed``)."""
         trajectories = [t for part in parts for t in part.trajectories]
         prefix = "rollout/tool_calls/"
         names = sorted(
@@ -115,8 +124,10 @@ class RolloutResult:
             for key in per_rank
             if any(key in part.metrics for part in parts)
         }
-        metrics = rollout_metrics(trajectories, names) | {"rollout/tool_busy_s": 0.0} | largest
-        return cls(trajectories, metrics, per_rank)
+        summed_names = tuple(dict.fromkeys(key for part in parts for key in part.summed))
+        sums = {key: sum(part.metrics.get(key, 0.0) for part in parts) for key in summed_names}
+        metrics = rollout_metrics(trajectories, names) | {"rollout/tool_busy_s": 0.0} | largest | sums
+        return cls(trajectories, metrics, per_rank, summed_names)
 
 
 def _check_rollout_config(config: RolloutConfig, max_prompt_length: int, max_response_length: int) -> None:
@@ -191,6 +202,7 @@ class LLMGenerationManager:
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
+        self.close_tools_after_run = True
         self.tools, typed = checked_tools(build_tools(config.tools) if tools is None else tools)
         self.specs = [t.spec for t in typed]
         self.format = build_format(config, tokenizer, self.specs, tags={t.name: t.tag for t in typed})
@@ -284,7 +296,8 @@ class LLMGenerationManager:
             try:
                 await dispatcher.close_all()  # no tool session outlives the rollout
             finally:
-                await self._close_tools()
+                if self.close_tools_after_run:
+                    await self.close_tools()
         trajectories = [s.traj for s in states]
         if self.config.check_token_drift:
             for t in trajectories:
@@ -293,8 +306,10 @@ class LLMGenerationManager:
         result.add_per_rank({"rollout/tool_busy_s": dispatcher.busy_seconds})
         return result
 
-    async def _close_tools(self) -> None:
-        """Let tools release per-event-loop resources (HTTP sessions); ``close`` is optional."""
+    async def close_tools(self) -> None:
+        """Let tools release per-event-loop resources (HTTP sessions); ``close`` is optional.
+        A rollout does it at its end unless ``close_tools_after_run`` is off (a server whose
+        requests share one event loop and its tools' sessions closes them when it stops)."""
         for tool in self.tools.values():
             close = getattr(tool, "close", None)
             if close is not None:

@@ -156,9 +156,13 @@ def _apply_override(cfg: Any, key: str, value: str, text: str) -> Any:
 
 
 def load_config(
-    preset: str | Path | Sequence[str | Path] = "ppo", overrides: list[str] | None = None
+    preset: str | Path | Sequence[str | Path] = "ppo",
+    overrides: list[str] | None = None,
+    check_files: bool = True,
 ) -> ExperimentConfig:
-    """Schema defaults ← preset YAML(s), in order ← overrides; then type checks and rule checks.
+    """Schema defaults ← preset YAML(s), in order ← overrides; then type checks and rule checks
+    (the data files' existence too, unless ``check_files`` is off: a run's saved config read
+    where its data is not, as the serving command reads it).
 
     A preset is a name from ``agentrl/config/`` (the algorithms ``ppo`` and ``grpo``, the
     scale overlays ``scale_cpu`` and ``scale_gpu``) or a path to a YAML file of the same
@@ -191,7 +195,7 @@ def load_config(
     except OmegaConfBaseException as error:
         raise ConfigError(_explain(error, "config")) from None
     _current_tool_paths(typed.actor.rollout)
-    validate_config(typed)
+    validate_config(typed, check_files=check_files)
     return typed
 
 

@@ -13,9 +13,14 @@ serves the endpoint on loopback for the rollout's length and runs every episode 
 most ``max_concurrent`` at a time, each under ``timeout_s``. Sample ``row`` draws turn ``t``
 with ``derive_seed(derive_seed(seed, row), t)``, the built-in loop's streams. A failed
 episode (the agent raised, timed out, or returned something else) never fails the rollout: it
-keeps the tokens it sampled, earns no answer, and is counted in
-``agent/errors/<reason>`` (``timeout``, ``bad_return`` or the exception's type name); an
-episode that never asked for a turn is an empty trajectory, which trains nothing.
+keeps the tokens it sampled, earns no answer (whatever a turn wrote), and is counted in
+``agent/errors/<reason>`` (``timeout``, ``bad_return``, the API error code of an endpoint
+refusal such as ``context_length_exceeded`` or ``episode_over``, or the exception's type name);
+an episode that never asked for a turn is an empty trajectory, which trains nothing. The run's
+tools (``task.tools``) run through one ``ToolDispatcher`` as the built-in loop runs them: the
+schema checked, under each tool's timeout, a stateful tool in the episode's own session (closed
+when the episode ends), a result's reward on the episode's latest turn. The counts
+(``agent/errors/*``, ``agent/episodes``, ``endpoint/*``) add up over data-parallel ranks.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from agentrl.agent.formats import build_format
 from agentrl.agent.generation import RolloutResult, checked_tools
 from agentrl.agent.rollout_metrics import rollout_metrics
 from agentrl.agent.sampling import rollout_sampling
+from agentrl.agent.tool_dispatch import ToolDispatcher
 from agentrl.agent.trajectory import PromptSpec, Trajectory
 from agentrl.config.schema import RolloutConfig
 from agentrl.endpoint.episode import Budget
@@ -64,6 +70,7 @@ class AgentTask:
 
 
 AgentFn = Callable[[AgentTask, Any], Awaitable[Any]]
+_FAILED = object()  # an episode whose agent raised or timed out
 
 
 def answer_of(returned: str) -> str | None:
@@ -72,6 +79,28 @@ def answer_of(returned: str) -> str | None:
     if action.kind == "answer":
         return action.content
     return returned.strip() or None
+
+
+@dataclass
+class _Rollout:
+    """One rollout's shared parts: its endpoint, the run's tools behind one dispatcher, the bound
+    on episodes in flight, and what the episodes counted."""
+
+    endpoint: ChatEndpoint
+    dispatcher: ToolDispatcher
+    limit: asyncio.Semaphore
+    errors: dict[str, int] = field(default_factory=dict)
+    seconds: list[float] = field(default_factory=list)
+
+    def count(self, reason: str) -> None:
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+
+
+def _reason(exc: BaseException) -> str:
+    """An agent's failure by reason: the API error code an endpoint refusal carries (a budget's
+    end is ``context_length_exceeded``), else the exception's type name."""
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, str) and code else type(exc).__name__
 
 
 class AgentRollout:
@@ -91,23 +120,14 @@ class AgentRollout:
         max_concurrent: int = 256,
     ) -> None:
         self.engine, self.tokenizer, self.config = engine, tokenizer, config
-        self.agent: AgentFn = (
-            import_object(agent, "actor.rollout.agent.entry") if isinstance(agent, str) else agent
-        )
+        if isinstance(agent, str):
+            agent = import_object(agent, "actor.rollout.agent.entry")
+        self.agent: AgentFn = agent
         self.tools, typed = checked_tools(build_tools(config.tools) if tools is None else tools)
         self.specs = [t.spec for t in typed]
         self.format = build_format(config, tokenizer, self.specs, tags={t.name: t.tag for t in typed})
-        self.budget = Budget(max_prompt_length, max_response_length, config.max_obs_length)
+        self.budget = Budget(max_prompt_length, max_response_length, config.max_obs_length, config.max_turns)
         self.timeout_s, self.max_concurrent = timeout_s, max_concurrent
-        self._calls = {t.name: self._tool_call(self.tools[t.tag]) for t in typed}
-
-    @staticmethod
-    def _tool_call(tool: Any) -> ToolCall:
-        async def call(arguments: dict[str, Any]) -> str:
-            (result,) = await tool.call([arguments])
-            return result.text
-
-        return call
 
     def default_sampling(self, greedy: bool = False) -> SamplingParams:
         return rollout_sampling(self.config, greedy=greedy)
@@ -132,92 +152,125 @@ class AgentRollout:
         """``n`` episodes of every prompt, grouped per prompt (the built-in manager's contract)."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
+        for i, p in enumerate(prompts):
+            if p.messages is None:
+                raise ValueError(f"prompts[{i}]: an agent's episode starts from the prompt's chat messages")
         base = sampling or self.default_sampling()
         base = replace(base, max_new_tokens=min(base.max_new_tokens, self.config.max_tokens_per_turn))
         endpoint = ChatEndpoint(self.engine, self.format, self.tokenizer, self.budget, base)
+        run = _Rollout(
+            endpoint,
+            ToolDispatcher(self.tools, self.config.tool_error_policy),
+            asyncio.Semaphore(self.max_concurrent),
+        )
         await endpoint.start()
-        errors: dict[str, int] = {}
-        seconds: list[float] = []
-        limit = asyncio.Semaphore(self.max_concurrent)
         try:
             jobs = []
             for p in prompts:
-                if p.messages is None:
-                    raise ValueError(
-                        "an agent's episode starts from the prompt's chat messages; got a PromptSpec without"
-                    )
                 group_id = uuid.uuid4().hex
                 for k in range(n):
-                    row = first_row + len(jobs)
-                    seed = None if base.seed is None else derive_seed(base.seed, row)
-                    jobs.append(
-                        self._episode(endpoint, p, group_id, f"{group_id}-{k}", seed, limit, errors, seconds)
-                    )
+                    seed = None if base.seed is None else derive_seed(base.seed, first_row + len(jobs))
+                    jobs.append(self._episode(run, p, group_id, f"{group_id}-{k}", seed))
             trajectories = list(await asyncio.gather(*jobs))
         finally:
             await endpoint.stop()
-            await self._close_tools()
-        metrics = rollout_metrics(trajectories, [t.name for t in self.specs])
-        metrics |= {f"agent/errors/{reason}": float(count) for reason, count in sorted(errors.items())}
-        metrics["agent/episode_s"] = sum(seconds) / len(seconds) if seconds else 0.0
-        metrics |= endpoint.metrics
-        return RolloutResult(trajectories, metrics)
+            try:
+                await run.dispatcher.close_all()  # no tool session outlives the rollout
+            finally:
+                await self._close_tools()
+        result = RolloutResult(trajectories, rollout_metrics(trajectories, [t.name for t in self.specs]))
+        counts = {f"agent/errors/{reason}": float(n) for reason, n in sorted(run.errors.items())}
+        result.add_summed(counts | {"agent/episodes": float(len(trajectories))} | endpoint.metrics)
+        mean = sum(run.seconds) / len(run.seconds) if run.seconds else 0.0
+        result.add_per_rank({"agent/episode_s": mean, "rollout/tool_busy_s": run.dispatcher.busy_seconds})
+        return result
 
-    async def _episode(  # long: one episode from its URL to its trajectory, each failure counted
-        self,
-        endpoint: ChatEndpoint,
-        prompt: PromptSpec,
-        group_id: str,
-        uid: str,
-        seed: int | None,
-        limit: asyncio.Semaphore,
-        errors: dict[str, int],
-        seconds: list[float],
-    ) -> Trajectory:
-        from openai import AsyncOpenAI  # the agents' client; imported where an agent runs
+    def _task(self, run: _Rollout, prompt: PromptSpec, uid: str) -> AgentTask:
+        """What the agent reads; its tools run through the rollout's dispatcher as episode ``uid``'s."""
 
-        task = {
-            "data_source": prompt.data_source,
-            "ground_truth": prompt.ground_truth,
-            "index": prompt.index,
-            "extra_info": prompt.extra_info,
-        }
-        agent_task = AgentTask(
+        def tool(name: str) -> ToolCall:
+            async def call(arguments: dict[str, Any]) -> str:
+                return await self._call_tool(run, uid, name, arguments)
+
+            return call
+
+        return AgentTask(
             messages=[dict(m) for m in prompt.messages or ()],
             tool_schemas=[s.to_openai() for s in self.specs],
-            tools=self._calls,
+            tools={s.name: tool(s.name) for s in self.specs},
             data_source=prompt.data_source,
             index=prompt.index,
             extra_info=dict(prompt.extra_info),
             max_turns=self.config.max_turns,
         )
-        async with limit:
-            url = endpoint.open_episode(uid, group_id, task, seed)
+
+    @staticmethod
+    async def _call_tool(run: _Rollout, uid: str, name: str, arguments: dict[str, Any]) -> str:
+        """One call of the run's tool ``name`` (checked against its schema, under its timeout, in
+        the episode's session): the result's text, or the error text the built-in loop would show.
+        A result's reward goes to the episode's latest turn and its metrics to the trajectory, as
+        in the built-in loop; a failure is counted in ``tool_failures``."""
+        outcome = await run.dispatcher.call(uid, name, arguments)
+        episode = run.endpoint.episodes.get(uid)
+        traj = episode.trajectory if episode is not None else None
+        if outcome.result is None:
+            if traj is not None and outcome.invalid is None:
+                traj.tool_failures += 1
+            return f"Error: {outcome.error}"
+        if traj is not None:
+            for key, value in outcome.result.metrics.items():
+                traj.tool_metrics[key] = traj.tool_metrics.get(key, 0.0) + float(value)
+            if outcome.result.reward is not None and traj.turn_rewards:
+                traj.turn_rewards[-1] += float(outcome.result.reward)
+        return outcome.result.text
+
+    async def _episode(
+        self, run: _Rollout, prompt: PromptSpec, group_id: str, uid: str, seed: int | None
+    ) -> Trajectory:
+        """One episode from its URL to its trajectory, each failure counted (module docstring)."""
+        from openai import AsyncOpenAI  # the agents' client; imported where an agent runs
+
+        task = {"data_source": prompt.data_source, "ground_truth": prompt.ground_truth}
+        task |= {"index": prompt.index, "extra_info": prompt.extra_info}
+        agent_task = self._task(run, prompt, uid)
+        returned: Any = None
+        async with run.limit:
+            url = run.endpoint.open_episode(uid, group_id, task, seed)
             client = AsyncOpenAI(base_url=url, api_key="agentrl", max_retries=0, timeout=self.timeout_s)
             start = time.monotonic()
-            returned: Any = None
             try:
                 returned = await asyncio.wait_for(self.agent(agent_task, client), self.timeout_s)
             except TimeoutError:
-                errors["timeout"] = errors.get("timeout", 0) + 1
+                run.count("timeout")
+                returned = _FAILED
             except Exception as exc:  # an agent's failure is its episode's, never the rollout's
-                reason = type(exc).__name__
-                errors[reason] = errors.get(reason, 0) + 1
+                run.count(_reason(exc))
+                returned = _FAILED
             finally:
-                seconds.append(time.monotonic() - start)
+                run.seconds.append(time.monotonic() - start)
                 await client.close()
-                trajectory = endpoint.close_episode(uid)
+                trajectory = run.endpoint.close_episode(uid)
+                await run.dispatcher.close_trajectory(uid)
         if trajectory is None:  # it never asked for a turn: an empty sample, trained on nothing
             ids = self.format.render_conversation(agent_task.messages)
             trajectory = Trajectory(prompt=replace(prompt, prompt_ids=ids), group_id=group_id, uid=uid)
+        self._outcome(run, trajectory, returned)
+        return trajectory
+
+    @staticmethod
+    def _outcome(run: _Rollout, trajectory: Trajectory, returned: Any) -> None:
+        """What the agent returned, on the trajectory: an answer, a score, or (None, a failure,
+        anything else) no answer, whatever a turn of the episode wrote."""
         if isinstance(returned, str):
             trajectory.answer = answer_of(returned)
             trajectory.finished = trajectory.answer is not None
-        elif isinstance(returned, int | float) and not isinstance(returned, bool) and math.isfinite(returned):
+            return
+        if isinstance(returned, int | float) and not isinstance(returned, bool) and math.isfinite(returned):
             trajectory.outcome_reward = float(returned)
-        elif returned is not None:
-            errors["bad_return"] = errors.get("bad_return", 0) + 1
-        return trajectory
+            return
+        if returned is not None and returned is not _FAILED:
+            run.count("bad_return")
+        trajectory.answer, trajectory.finished = None, False
 
     async def _close_tools(self) -> None:
         for tool in self.tools.values():

@@ -27,12 +27,14 @@ from typing import Any
 from aiohttp import web
 
 from agentrl.agent.trajectory import Trajectory
-from agentrl.endpoint.episode import Budget, Episode, EpisodeError
+from agentrl.endpoint.episode import Budget, Episode
+from agentrl.endpoint.messages import EpisodeError
 from agentrl.endpoint.wire import ChatRequest, Choice, completion, error_body, read_request
 from agentrl.engines.base import SamplingParams
 from agentrl.seeding import derive_seed
 
 EPISODE_HEADER = "X-Episode-Id"
+MAX_CHOICES = 64  # continuations one inference request may ask for (n)
 
 
 class ChatEndpoint:
@@ -59,6 +61,7 @@ class ChatEndpoint:
         self.budget, self.base, self.model = budget, base, model
         self.episodes: dict[str, Episode] = {}
         self.seeds: dict[str, int | None] = {}
+        self.in_flight: dict[str, set[asyncio.Task]] = {}  # each open episode's request handlers
         self.metrics: dict[str, float] = {}
         self.custom_infer = infer
         self._runner: web.AppRunner | None = None
@@ -76,12 +79,19 @@ class ChatEndpoint:
             self.format, self.tokenizer, self.budget, uid=uid, group_id=group_id, task=task
         )
         self.seeds[uid] = seed
+        self.in_flight[uid] = set()
         return f"{self.url}/episodes/{uid}/v1"
 
     def close_episode(self, uid: str) -> Trajectory | None:
-        """Stop recording ``uid``; its trajectory (None when it never asked for a turn)."""
+        """Stop recording ``uid`` and cancel its requests in flight (an agent that timed out
+        leaves its last request behind: its turn is never recorded); its trajectory (None when
+        it never asked for a turn)."""
         self.seeds.pop(uid, None)
-        return self.episodes.pop(uid).trajectory
+        for task in self.in_flight.pop(uid, ()):
+            task.cancel()
+        episode = self.episodes.pop(uid)
+        episode.closed = True
+        return episode.trajectory
 
     # --- the app --------------------------------------------------------------------
 
@@ -131,6 +141,10 @@ class ChatEndpoint:
         except EpisodeError as error:
             self._count(f"endpoint/errors/{error.code}")
             return web.json_response(error_body(error), status=error.status)
+        except Exception as exc:  # the engine's or ours: an API error object, never a bare 500
+            self._count("endpoint/errors/server_error")
+            error = EpisodeError(f"{type(exc).__name__}: {exc}", status=500, code="server_error")
+            return web.json_response(error_body(error, "server_error"), status=500)
         return web.json_response(reply, dumps=lambda obj: json.dumps(obj, ensure_ascii=False))
 
     def _count(self, name: str) -> None:
@@ -175,21 +189,33 @@ class ChatEndpoint:
         if chat.n != 1:
             raise EpisodeError(f"'n' must be 1 in an episode (it records one trajectory), got {chat.n}")
         self.check_tools(chat)
-        ids = episode.prompt_for(chat.messages)
-        params = self.sampling_for(chat, episode.room(), episode=True)
-        seed = self.seeds.get(uid)
-        if seed is not None:
-            params = replace(params, seed=derive_seed(seed, episode.trajectory.num_turns))  # type: ignore[union-attr]
-        result = await self.engine.generate(ids, params)
-        message, _ = episode.record(chat.messages, result)
+        task = asyncio.current_task()
+        handlers = self.in_flight[uid]
+        handlers.add(task)  # type: ignore[arg-type]
+        try:
+            async with episode.lock:  # one request of an episode at a time, read to recorded
+                pending = episode.prompt_for(chat.messages)
+                params = self.sampling_for(chat, pending.room, episode=True)
+                seed = self.seeds.get(uid)
+                if seed is not None:
+                    turn = episode.trajectory.num_turns if episode.trajectory is not None else 0
+                    params = replace(params, seed=derive_seed(seed, turn))
+                result = await self.engine.generate(pending.ids, params)
+                cap_binding = min(self.base.max_new_tokens, chat.max_tokens or pending.room) <= pending.room
+                message, _ = episode.record(pending, chat.messages, result, cap_binding)
+        finally:
+            handlers.discard(task)  # type: ignore[arg-type]
         choice = Choice(message, result.finish_reason, list(result.token_ids), list(result.log_probs))
-        return completion(self.model, len(ids), [choice], self.tokenizer, chat.logprobs)
+        return completion(self.model, len(pending.ids), [choice], self.tokenizer, chat.logprobs)
 
     async def _infer(self, chat: ChatRequest) -> dict[str, Any]:
         self.check_tools(chat)
+        if chat.n > MAX_CHOICES:
+            raise EpisodeError(f"'n' must be at most {MAX_CHOICES}, got {chat.n}")
         scratch = Episode(self.format, self.tokenizer, self.budget, uid="inference", group_id="inference")
-        ids = scratch.prompt_for(chat.messages)
-        params = self.sampling_for(chat, scratch.room(), episode=False)
+        pending = scratch.prompt_for(chat.messages)
+        ids = pending.ids
+        params = self.sampling_for(chat, pending.room, episode=False)
         seeds = [None if chat.seed is None else derive_seed(chat.seed, k) for k in range(chat.n)]
         results = await asyncio.gather(*(self.engine.generate(ids, replace(params, seed=s)) for s in seeds))
         choices = []

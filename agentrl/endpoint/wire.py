@@ -1,11 +1,11 @@
 """The OpenAI chat-completions JSON: a request read into what the engine needs, a reply written back.
 
 Read (``read_request``): ``messages``, ``tools`` (checked against the run's tools by name),
-``tool_choice`` (``auto`` or ``none``: a forced call would need constrained decoding, so
-``required`` and a named function are refused), ``temperature``, ``top_p``, ``max_tokens``
-(or ``max_completion_tokens``), ``stop`` (a string or a list), ``seed``, ``n``, ``logprobs``
-and ``top_logprobs`` (the sampled token's log-prob is returned; alternatives are not, so
-``top_logprobs`` above 0 is refused). ``stream`` is refused. Every refusal is an
+``tool_choice`` (``auto`` only: the policy decides whether to call; ``none``, ``required`` and
+a named function would each need constrained decoding, and are refused), ``temperature``,
+``top_p``, ``max_tokens`` (or ``max_completion_tokens``), ``stop`` (a string or a list),
+``seed``, ``n``, ``logprobs`` and ``top_logprobs`` (the sampled token's log-prob is returned;
+alternatives are not, so ``top_logprobs`` above 0 is refused). ``stream`` is refused. Every refusal is an
 ``EpisodeError`` naming the field and what was expected.
 
 Written (``completion``): one choice per continuation, its assistant message with
@@ -21,9 +21,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from agentrl.endpoint.episode import EpisodeError
+from agentrl.endpoint.messages import EpisodeError
 
-TOOL_CHOICES = ("auto", "none")
+TOOL_CHOICES = ("auto",)
 
 
 @dataclass(frozen=True)
@@ -82,15 +82,16 @@ def read_request(body: Any) -> ChatRequest:  # long: one check per field of the 
     choice = body.get("tool_choice", "auto")
     if choice not in TOOL_CHOICES:
         raise EpisodeError(
-            f"'tool_choice' must be one of {list(TOOL_CHOICES)} (a forced call needs constrained "
-            f"decoding, which the engine does not do), got {choice!r}"
+            f"'tool_choice' must be one of {list(TOOL_CHOICES)} (the policy decides whether to call: "
+            f"forcing or forbidding calls needs constrained decoding, which the engine does not do), "
+            f"got {choice!r}"
         )
     if body.get("top_logprobs"):
         raise EpisodeError("'top_logprobs' must be 0 or absent: only the sampled token's log-prob is kept")
     stop = body.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()
-    elif isinstance(stop, str):
+    elif isinstance(stop, str) and stop:
         stops = (stop,)
     elif isinstance(stop, list) and all(isinstance(s, str) and s for s in stop):
         stops = tuple(stop)
@@ -168,8 +169,7 @@ def completion(
         if choice.finish_reason == "length":
             finish = "length"
         else:
-            called = "tool_calls" in message or "invalid_calls" in message
-            finish = "tool_calls" if called else "stop"
+            finish = "tool_calls" if "tool_calls" in message else "stop"
         out.append(
             {
                 "index": index,
@@ -193,8 +193,6 @@ def completion(
     }
 
 
-def error_body(error: EpisodeError) -> dict[str, Any]:
+def error_body(error: EpisodeError, kind: str = "invalid_request_error") -> dict[str, Any]:
     """The API's error object."""
-    return {
-        "error": {"message": str(error), "type": "invalid_request_error", "param": None, "code": error.code}
-    }
+    return {"error": {"message": str(error), "type": kind, "param": None, "code": error.code}}

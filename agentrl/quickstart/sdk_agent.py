@@ -6,9 +6,10 @@ keeps each reply as it came, runs the calls with the run's tools (``task.tools``
 may call its own services instead) and sends their results back as tool messages, in call
 order; a call the endpoint could not read (``invalid_calls``) and a turn that neither called
 nor answered (``invalid_turn``) are answered with the message the endpoint gives, as the
-built-in loop answers them. It stops at its first turn without a call, returning that turn's
-text (the endpoint's reward reads the ``<answer>`` in it), or after ``task.max_turns`` turns of
-calls and one last turn.
+built-in loop answers them. It stops at its first turn without a call: it returns that turn's
+text when it holds an ``<answer>`` (the trajectory's answer is its body), else None; the
+endpoint ends the episode after its final turn (``actor.rollout.max_turns``) as the built-in
+loop does, so this agent's trajectories are the built-in loop's.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ async def run(task: Any, client: Any) -> str | None:
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": answers[call_id]})
         elif extra.get("invalid_turn"):
             messages.append({"role": "tool", "content": extra["invalid_turn"]["message"]})
-        else:
-            return message.content
+        else:  # a turn that neither called nor was told to go on: its answer, if it wrote one
+            content = message.content or ""
+            return content if "<answer>" in content else None
     return None

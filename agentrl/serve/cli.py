@@ -59,7 +59,7 @@ def _experiment(args: argparse.Namespace) -> ExperimentConfig:
         config = ExperimentConfig()
         config.actor.rollout = RolloutConfig(tool_format="hermes", tools=[])
         return config
-    return load_config([Path(args.config)], [f"actor.model_path={args.model}"])
+    return load_config([Path(args.config)], [f"actor.model_path={args.model}"], check_files=False)
 
 
 def _tools(rollout: RolloutConfig, args: argparse.Namespace) -> Any:
@@ -86,7 +86,9 @@ async def serve(args: argparse.Namespace) -> None:
             "max_prompt_length": data.max_prompt_length,
             "max_response_length": data.max_response_length,
         }
-        loop = ToolLoop(LLMGenerationManager(engine, tokenizer, rollout, tools=tools, **lengths)).reply
+        manager = LLMGenerationManager(engine, tokenizer, rollout, tools=tools, **lengths)
+        manager.close_tools_after_run = False  # the requests share the tools' sessions; closed at the end
+        loop = ToolLoop(manager).reply
     base = rollout_sampling(rollout)
     endpoint = ChatEndpoint(engine, fmt, tokenizer, budget, base, model=args.name or name, infer=loop)
     stop = asyncio.Event()
@@ -100,6 +102,8 @@ async def serve(args: argparse.Namespace) -> None:
         await stop.wait()
     finally:
         await endpoint.stop()
+        if loop is not None:
+            await manager.close_tools()
         if owned:
             engine.shutdown()
 

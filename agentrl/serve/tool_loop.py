@@ -14,7 +14,7 @@ from typing import Any
 
 from agentrl.agent import LLMGenerationManager, PromptSpec
 from agentrl.agent.trajectory import Segment, Trajectory
-from agentrl.endpoint.episode import normalise
+from agentrl.endpoint.messages import normalise
 from agentrl.endpoint.server import ChatEndpoint
 from agentrl.endpoint.wire import ChatRequest, completion
 

@@ -210,7 +210,9 @@ def fill_groups(
     kept_trajectories = [trajectories[i] for i in selection.rows]
     batch = collate(kept_trajectories)
     kept = Scored(
-        RolloutResult(kept_trajectories, merged.metrics, merged.per_rank), batch, _weighted_metrics(rounds)
+        RolloutResult(kept_trajectories, merged.metrics, merged.per_rank, merged.summed),
+        batch,
+        _weighted_metrics(rounds),
     )
     # the outcome on every row of its trajectory; the caller scores the kept rows' turns anew
     batch["scores"] = rows_of_trajectories(kept, outcomes[selection.rows])

@@ -152,3 +152,147 @@ def test_an_agent_named_by_import_path_is_loaded_and_a_bad_path_names_the_config
         assert "actor.rollout.agent.entry" in str(error)
     else:
         raise AssertionError("a bad import path must be refused")
+
+
+def always_searches(context: str) -> str:
+    return call_block("search", {"query": "capital of France"})
+
+
+def test_past_max_turns_the_final_turn_ends_the_episode_as_in_the_built_in_loop(tokenizer):
+    config = RolloutConfig(
+        tool_format="hermes", chat_template="hermes", max_turns=1, max_tokens_per_turn=128, max_obs_length=256
+    )
+    engine = ScriptedEngine(tokenizer, always_searches)
+    tools = [Lookup(s) for s in SPECS]
+    agents = AgentRollout(
+        engine, tokenizer, config, "agentrl.quickstart.sdk_agent:run", tools=tools, **LENGTHS
+    )
+    (got,) = agents.run(prompts(tokenizer, 1), rollout_sampling(config, seed=3)).trajectories
+    manager = LLMGenerationManager(
+        ScriptedEngine(tokenizer, always_searches), tokenizer, config, tools=tools, **LENGTHS
+    )
+    (expected,) = manager.run(prompts(tokenizer, 1), rollout_sampling(config, seed=3)).trajectories
+    # turn 0 searches; the observation carries the final-turn note; turn 1 is read for an answer only
+    assert (got.response_ids, got.segments) == (expected.response_ids, expected.segments)
+    assert got.num_turns == expected.num_turns == 2
+    counts = (got.num_valid_actions, got.tool_calls_invalid, got.answer, got.finished)
+    assert counts == (
+        expected.num_valid_actions,
+        expected.tool_calls_invalid,
+        expected.answer,
+        expected.finished,
+    )
+    assert got.tool_calls_invalid == {"no_action": 1} and got.answer is None
+
+
+class FailsOnce(ScriptedEngine):
+    """Raises on its ``fail_at``-th generation (0-based), as an engine that lost a request."""
+
+    def __init__(self, tokenizer, policy, fail_at: int) -> None:
+        super().__init__(tokenizer, policy)
+        self.fail_at, self.seen = fail_at, 0
+
+    async def generate(self, prompt_ids, params):
+        self.seen += 1
+        if self.seen - 1 == self.fail_at:
+            raise RuntimeError("engine lost the request")
+        return await super().generate(prompt_ids, params)
+
+
+async def retries(task, client):
+    """The quickstart agent with a client that retries a server error, as SDK clients do."""
+    import openai
+
+    from agentrl.quickstart.sdk_agent import run
+
+    create = client.chat.completions.create
+
+    async def again(**kwargs):
+        for _ in range(3):
+            try:
+                return await create(**kwargs)
+            except openai.InternalServerError:
+                continue
+        raise AssertionError("three server errors")
+
+    client.chat.completions.create = again
+    return await run(task, client)
+
+
+def test_a_request_retried_after_a_server_error_is_recorded_once(tokenizer):
+    agents, engine = rollout(tokenizer, retries)
+    agents.engine = FailsOnce(tokenizer, policy, fail_at=1)  # the request after the tool result
+    (got,) = agents.run(prompts(tokenizer, 1)).trajectories
+    clean, _ = rollout(tokenizer, "agentrl.quickstart.sdk_agent:run")
+    (expected,) = clean.run(prompts(tokenizer, 1)).trajectories
+    assert (got.response_ids, got.segments, got.answer) == (expected.response_ids, expected.segments, "Paris")
+    assert agents.engine.seen == 3
+
+
+async def asks_twice_at_once(task, client):
+    replies = await asyncio.gather(
+        *(client.chat.completions.create(model="agentrl", messages=task.messages) for _ in range(2))
+    )
+    return replies[-1].choices[0].message.content
+
+
+def test_concurrent_requests_of_one_episode_are_taken_in_turn_each_turn_from_its_own_prompt(tokenizer):
+    agents, engine = rollout(tokenizer, asks_twice_at_once)
+    (got,) = agents.run(prompts(tokenizer, 1)).trajectories
+    # the second request does not extend the first's reply: it is a step of its own
+    assert got.num_steps == 2 and [step.turns for step in got.all_steps] == [[0], [1]]
+    assert all(step.prompt_ids == got.all_steps[0].prompt_ids for step in got.all_steps)
+    assert_rollout_invariants([got], engine, tokenizer)
+
+
+async def answers_then_raises(task, client):
+    await client.chat.completions.create(model="agentrl", messages=task.messages)
+    raise RuntimeError("the agent's own bug")
+
+
+def test_a_timed_out_episode_records_nothing_after_it_ends_and_a_failed_one_keeps_no_answer(tokenizer):
+    agents, _ = rollout(tokenizer, "agentrl.quickstart.sdk_agent:run", timeout_s=0.3)
+    agents.engine = ScriptedEngine(tokenizer, policy, delay_s=1.5)
+    result = agents.run(prompts(tokenizer, 1))
+    (t,) = result.trajectories
+    assert result.metrics["agent/errors/timeout"] == 1.0
+    assert t.num_turns == 0 and t.response_ids == []  # the turn in flight was cancelled, not recorded
+
+    agents, _ = rollout(tokenizer, answers_then_raises)
+    agents.engine = ScriptedEngine(tokenizer, lambda context: "<answer> Paris </answer>")
+    (t,) = agents.run(prompts(tokenizer, 1)).trajectories
+    assert t.num_turns == 1 and t.answer is None and not t.finished  # the turn's answer is not the agent's
+
+
+async def calculates(task, client):
+    await client.chat.completions.create(model="agentrl", messages=task.messages)
+    ok = await task.tools["calculate"]({"expression": "6 * 7"})
+    refused = await task.tools["calculate"]({"query": "6 * 7"})
+    return f"<answer> {ok} </answer> {refused}"
+
+
+def test_the_runs_tag_tools_run_for_an_agent_through_the_dispatcher_with_their_schema_and_metrics(tokenizer):
+    from support.tool_conversations import SEARCH
+
+    from agentrl.tools.calculator import CalculatorTool
+
+    engine = ScriptedEngine(tokenizer, policy)
+    agents = AgentRollout(
+        engine, tokenizer, CONFIG, calculates, tools=[Lookup(SEARCH), CalculatorTool()], **LENGTHS
+    )
+    result = agents.run(prompts(tokenizer, 1))
+    (t,) = result.trajectories
+    assert result.metrics.get("agent/episodes") == 1.0, result.metrics
+    assert t.answer == "42" and t.tool_metrics == {"calc_errors": 0.0} and t.tool_failures == 0, (
+        result.metrics
+    )
+
+
+def test_the_agents_counts_add_up_over_data_parallel_ranks(tokenizer):
+    from agentrl.agent.generation import RolloutResult
+
+    agents, _ = rollout(tokenizer, raises)
+    parts = [agents.run(prompts(tokenizer, 2)) for _ in range(2)]
+    merged = RolloutResult.merge(parts)
+    assert merged.metrics["agent/errors/RuntimeError"] == 4.0 and merged.metrics["agent/episodes"] == 4.0
+    assert merged.metrics["endpoint/requests"] == 4.0

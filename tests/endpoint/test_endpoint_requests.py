@@ -107,6 +107,12 @@ BAD = {
     "messages": ({"messages": "hello"}, "'messages' must be a non-empty list"),
     "role": ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role must be one of"),
     "tool_choice": ({"messages": QUESTION, "tool_choice": "required"}, "'tool_choice' must be one of"),
+    "tool_choice_none": ({"messages": QUESTION, "tool_choice": "none"}, "'tool_choice' must be one of"),
+    "stop": ({"messages": QUESTION, "stop": ""}, "'stop' must be a string or a list of non-empty strings"),
+    "tool_calls": (
+        {"messages": [*QUESTION, {"role": "assistant", "tool_calls": 5}]},
+        "messages[1].tool_calls must be a list of calls",
+    ),
     "tools": ({"messages": QUESTION, "tools": TOOLS[:1]}, "'tools' must name the run's tools"),
     "temperature": ({"messages": QUESTION, "temperature": 5}, "'temperature' must be a number in [0.0, 2.0]"),
     "stream": ({"messages": QUESTION, "stream": True}, "'stream' is not supported"),
@@ -208,3 +214,21 @@ def test_with_the_tools_run_on_the_server_one_request_returns_the_answer_and_eve
             "result": "Doc: the tower is 330 m tall.",
         }
     assert reply["usage"]["completion_tokens"] == sum(len(c.result.token_ids) for c in engine.calls)
+
+
+def test_an_engine_failure_is_a_server_error_object_counted_and_the_next_request_is_served(tokenizer):
+    endpoint, engine = serve(tokenizer)
+    real = engine.generate
+    calls = []
+
+    async def fails_first(prompt_ids, params):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the engine lost it")
+        return await real(prompt_ids, params)
+
+    engine.generate = fails_first
+    (status, error), (ok, _) = requests(endpoint, [("/v1/chat/completions", {"messages": QUESTION}, {})] * 2)
+    assert status == 500 and error["error"]["type"] == "server_error"
+    assert "RuntimeError: the engine lost it" in error["error"]["message"]
+    assert ok == 200 and endpoint.metrics["endpoint/errors/server_error"] == 1.0
