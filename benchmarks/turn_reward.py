@@ -3,9 +3,9 @@
     python -m benchmarks.turn_reward [--quickstart runs/quickstart] [--seeds 0 1 2] [--search-hit 0.2]
 
 Every run starts from the quickstart's SFT model with the quickstart's own PPO config (its
-profile's overrides on the ``ppo`` preset), ``trainer.total_steps`` steps, validating greedily on
-the same 96 held-out questions every ``--test-freq`` steps. The baseline's reward is the EM
-outcome alone; the other adds ``reward.turn.search_hit`` (each turn whose search results hold a
+profile's overrides on the ``ppo`` preset), for ``--steps`` steps, validating greedily on the
+same 96 held-out questions every ``--test-freq`` steps. The baseline's reward is the EM outcome
+alone; the other adds ``reward.turn.search_hit`` (each turn whose search results hold a
 gold answer earns it on that turn's last token: ``rewards/turns.py``). Each seed (``seed``: the
 rollout's sampling streams and the data order; the world and the SFT model are the
 quickstart's) runs both. Printed and written to ``--json``: per run the steps to the first
@@ -40,6 +40,7 @@ def ppo_config(qs: Path, run_dir: Path, url: str, args: argparse.Namespace, seed
     overrides += [
         f"trainer.run_dir={run_dir}",
         f"trainer.test_freq={args.test_freq}",
+        f"trainer.total_steps={args.steps}",
         "trainer.logger=[jsonl]",
         f"reward.turn.search_hit={args.search_hit if arm != 'outcome' else 0.0}",
     ]
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--search-hit", type=float, default=0.2)
     p.add_argument("--test-freq", type=int, default=4)
+    p.add_argument("--steps", type=int, default=40, help="PPO steps a run takes (the quickstart's: 40)")
     p.add_argument("--target-em", type=float, default=0.55)
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
