@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from agentrl.agent.actions import parse_action
 from agentrl.config.schema import ExperimentConfig, ToolConfig
 from agentrl.data.world import generate_world
 from agentrl.quickstart import (
@@ -107,17 +108,23 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
         s.settimeout(1)
         s.connect(("127.0.0.1", port))
 
-    # The trained checkpoint behind `python -m agentrl.serve`, its tools run on the server: a
-    # plain HTTP request gets answers with the searches each sample made.
-    choices = _serve_and_ask(out, n=16)
-    assert len(choices) == 16 and all("answer" in c["message"] for c in choices)
-    searches = [call for c in choices for call in c["message"]["tool_calls_made"] if call["name"] == "search"]
-    assert searches and all(call["status"] == "ok" and call["result"] for call in searches)
+    # The trained checkpoint behind `python -m agentrl.serve`, its tools run on the server: plain
+    # HTTP requests get each sample's final turn, its answer and the calls it made (this short
+    # run's policy rarely searches; the calls' path is tested with a scripted policy in
+    # tests/endpoint), and a seeded request is answered the same way twice.
+    first, again = _serve_and_ask(out, n=8, times=2)
+    assert len(first) == 8 and first == again
+    for choice in first:
+        message = choice["message"]
+        action = parse_action(message["content"], ())  # the rollout's answer rule, on the final turn
+        assert message["answer"] == (action.content if action.kind == "answer" else None)
+        assert all(call["status"] == "ok" and call["result"] for call in message["tool_calls_made"])
 
 
-def _serve_and_ask(out, n: int) -> list[dict]:
+def _serve_and_ask(out, n: int, times: int) -> list[list[dict]]:
     """Serve the run's last checkpoint with its config and a retriever on its index; POST the
-    first test question (its training prompt) with ``n`` seeded samples; the reply's choices."""
+    first test question (its training prompt) with ``n`` seeded samples ``times`` times; each
+    reply's choices."""
     import subprocess
     import sys
     import urllib.request
@@ -142,13 +149,16 @@ def _serve_and_ask(out, n: int) -> list[dict]:
             else:
                 raise AssertionError("the server ended before serving:\n" + "".join(said))
             body = {"messages": question["prompt"], "n": n, "temperature": 1.0, "seed": 0}
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{port}/v1/chat/completions",
-                json.dumps(body).encode(),
-                {"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=120) as reply:
-                return json.loads(reply.read())["choices"]
+            replies = []
+            for _ in range(times):
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{port}/v1/chat/completions",
+                    json.dumps(body).encode(),
+                    {"Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=120) as reply:
+                    replies.append(json.loads(reply.read())["choices"])
+            return replies
         finally:
             server.terminate()
             server.wait(timeout=30)
