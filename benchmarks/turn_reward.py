@@ -93,12 +93,16 @@ def plot(results: dict[str, dict[str, Any]], target: float, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    seeds = sorted({name.rsplit("_s", 1)[1] for name in results})
     for name, figures in results.items():
-        style = "-" if name.startswith("outcome_") else "--"
-        ax.plot([p["step"] for p in figures["curve"]], [p["em"] for p in figures["curve"]], style, label=name)
+        arm, seed = name.rsplit("_s", 1)
+        style = "-" if arm == ARMS[0] else "--"  # one colour per seed, one line style per arm
+        color = f"C{seeds.index(seed)}"
+        xs, ys = [p["step"] for p in figures["curve"]], [p["em"] for p in figures["curve"]]
+        ax.plot(xs, ys, style, color=color, label=f"{arm}, seed {seed}")
     ax.axhline(target, color="grey", linestyle=":", label=f"target EM {target}")
     ax.set(xlabel="PPO step", ylabel="validation EM (greedy)")
-    ax.set_title("PPO on the quickstart world: EM outcome, with and without a search reward")
+    ax.set_title("PPO, quickstart world: with and without a search reward", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
