@@ -525,13 +525,15 @@ def test_a_thousand_calls_at_concurrency_sixteen_leave_no_process_directory_or_d
         return results
 
     assert run_session(tool, "1") == ["1"]  # warm: imports and the first start are not leaks
-    fds, processes, threads = len(os.listdir("/proc/self/fd")), descendants(), threading.active_count()
+    fds, processes, threads = set(os.listdir("/proc/self/fd")), descendants(), threading.active_count()
     results = asyncio.run(go())
     assert len(results) == 1000
     assert all(got == expected for got, expected in results)
     assert_nothing_left(processes)
     assert os.listdir(work_root) == []
-    assert len(os.listdir("/proc/self/fd")) == fds
+    # no descriptor the calls opened is left (one the test process held before may close meanwhile:
+    # another test's object collected late, which an equal count would take for a leak)
+    assert set(os.listdir("/proc/self/fd")) <= fds
     deadline = time.monotonic() + 5
     while threading.active_count() > threads and time.monotonic() < deadline:
         time.sleep(0.05)
