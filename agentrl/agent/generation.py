@@ -54,7 +54,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -307,12 +307,18 @@ class LLMGenerationManager:
         return result
 
     async def close_tools(self) -> None:
-        """Let tools release per-event-loop resources (HTTP sessions); ``close`` is optional.
-        A rollout does it at its end unless ``close_tools_after_run`` is off (a server whose
-        requests share one event loop and its tools' sessions closes them when it stops)."""
-        for tool in self.tools.values():
-            close = getattr(tool, "close", None)
-            if close is not None:
-                result = close()
-                if asyncio.iscoroutine(result):
-                    await result
+        """Let tools release per-event-loop resources (``close_tools``). A rollout does it at its
+        end unless ``close_tools_after_run`` is off (a server whose requests share one event loop
+        and its tools' sessions closes them when it stops)."""
+        await close_tools(self.tools.values())
+
+
+async def close_tools(tools: Iterable[Any]) -> None:
+    """Let each tool release its per-event-loop resources (HTTP sessions): ``close`` is optional,
+    and may be a coroutine function."""
+    for tool in tools:
+        close = getattr(tool, "close", None)
+        if close is not None:
+            result = close()
+            if asyncio.iscoroutine(result):
+                await result

@@ -245,6 +245,20 @@ class Trajectory:
             1 for s in self.segments if s == Segment.MODEL
         )
 
+    def add_turn(self, ids: list[int], log_probs: list[float], finish_reason: str) -> int:
+        """Record one sampled model turn: its tokens in the current step, its place among the
+        step's turns (where it ends), a zero turn reward for the tools to add to, and why it
+        ended. Returns the turn's number (from 0)."""
+        self.append(ids, Segment.MODEL, log_probs)
+        turn = self.num_turns
+        self.num_turns += 1
+        self.turn_rewards.append(0.0)
+        if ids:
+            self.step_turns.append(turn)
+            self.step_turn_ends.append(len(self.response_ids) - 1)
+        self.finish_reasons.append(finish_reason)
+        return turn
+
     def append(self, ids: list[int], segment: Segment, log_probs: list[float] | None = None) -> None:
         """Append one segment run; observation tokens get log-prob 0."""
         if not ids:

@@ -139,14 +139,7 @@ class TrajectoryState:
         """Record a turn; returns its calls when it made any (to run, then ``on_tool_outcomes``)."""
         traj, rules = self.traj, self.rules
         ids = list(result.token_ids)
-        traj.append(ids, Segment.MODEL, list(result.log_probs))
-        turn = traj.num_turns
-        traj.num_turns += 1
-        traj.turn_rewards.append(0.0)
-        if ids:
-            traj.step_turns.append(turn)
-            traj.step_turn_ends.append(len(traj.response_ids) - 1)
-        traj.finish_reasons.append(result.finish_reason)
+        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason)
         final = self.final_turn
         text = rules.tokenizer.decode(ids, skip_special_tokens=False)
         parse = rules.format.parse(text, result.finish_reason, final)

@@ -35,7 +35,7 @@ from typing import Any
 
 from agentrl.agent.actions import parse_action
 from agentrl.agent.formats import build_format
-from agentrl.agent.generation import RolloutResult, checked_tools
+from agentrl.agent.generation import RolloutResult, checked_tools, close_tools
 from agentrl.agent.rollout_metrics import rollout_metrics
 from agentrl.agent.sampling import rollout_sampling
 from agentrl.agent.tool_dispatch import ToolDispatcher
@@ -177,7 +177,7 @@ class AgentRollout:
             try:
                 await run.dispatcher.close_all()  # no tool session outlives the rollout
             finally:
-                await self._close_tools()
+                await close_tools(self.tools.values())
         result = RolloutResult(trajectories, rollout_metrics(trajectories, [t.name for t in self.specs]))
         counts = {f"agent/errors/{reason}": float(n) for reason, n in sorted(run.errors.items())}
         result.add_summed(counts | {"agent/episodes": float(len(trajectories))} | endpoint.metrics)
@@ -271,11 +271,3 @@ class AgentRollout:
         if returned is not None and returned is not _FAILED:
             run.count("bad_return")
         trajectory.answer, trajectory.finished = None, False
-
-    async def _close_tools(self) -> None:
-        for tool in self.tools.values():
-            close = getattr(tool, "close", None)
-            if close is not None:
-                result = close()
-                if asyncio.iscoroutine(result):
-                    await result

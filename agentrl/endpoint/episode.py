@@ -232,14 +232,7 @@ class Episode:
             )
         traj = self._apply(pending)
         ids = list(result.token_ids)
-        traj.append(ids, Segment.MODEL, list(result.log_probs))
-        turn = traj.num_turns
-        traj.num_turns += 1
-        traj.turn_rewards.append(0.0)
-        if ids:
-            traj.step_turns.append(turn)
-            traj.step_turn_ends.append(len(traj.response_ids) - 1)
-        traj.finish_reasons.append(result.finish_reason)
+        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason)
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         parse = self.format.parse(text, result.finish_reason, pending.final)
         canonical = self.format.assistant_message(text, parse)
