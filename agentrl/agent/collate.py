@@ -18,6 +18,8 @@ field                   shape/dtype  meaning
 ``rollout_log_probs``   (B,R) float  engine log-prob of each model token, 0 elsewhere
 ``response_turn_ends``  (B,R) bool   each model turn's last sampled token (where its reward goes)
 ``response_turn_index`` (B,R) long   that turn's number (from 0) at those tokens, -1 elsewhere
+``response_versions``   (B,R) long   the version of the weights that sampled each model token
+                                     (``Trajectory.turn_versions``), -1 elsewhere
 ======================  ===========  ============================================================
 
 Meta (object arrays of length B): ``group_id`` (shared by the n samples of one prompt,
@@ -81,7 +83,9 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
     log_probs = torch.zeros((b, r), dtype=torch.float32)
     turn_ends = torch.zeros((b, r), dtype=torch.bool)
     turn_index = torch.full((b, r), -1, dtype=torch.long)
-    for i, (_, _, step) in enumerate(rows):
+    versions = torch.full((b, r), -1, dtype=torch.long)
+    for i, (traj, _, step) in enumerate(rows):
+        _stamp_versions(versions[i], traj, step)
         turn_ends[i, step.turn_ends] = True
         turn_index[i, step.turn_ends] = torch.tensor(step.turns, dtype=torch.long)
         lp, lr = len(step.prompt_ids), len(step.response_ids)
@@ -105,6 +109,7 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
         "rollout_log_probs": log_probs,
         "response_turn_ends": turn_ends,
         "response_turn_index": turn_index,
+        "response_versions": versions,
     }
     per_trajectory = _meta(trajectories, tokenizer)
     where = {id(t): i for i, t in enumerate(trajectories)}
@@ -118,6 +123,17 @@ def collate(trajectories: Sequence[Trajectory], pad_token_id: int, tokenizer: An
         "step_turn_ends": [list(step.turn_ends) for _, _, step in rows],
     }
     return Batch.from_dict(tensors, meta)
+
+
+def _stamp_versions(row: torch.Tensor, traj: Trajectory, step: Any) -> None:
+    """Each model token of ``step`` gets its turn's weights version: a turn's tokens are the model
+    tokens after the previous turn's last one, up to its own last (``step.turn_ends``)."""
+    start = 0
+    for turn, end in zip(step.turns, step.turn_ends, strict=True):
+        if turn < len(traj.turn_versions):  # a trajectory built without add_turn records none
+            model = torch.tensor(step.segments[start : end + 1]) == Segment.MODEL
+            row[start : end + 1][model] = traj.turn_versions[turn]
+        start = end + 1
 
 
 def _meta(trajectories: Sequence[Trajectory], tokenizer: Any) -> dict[str, list[Any]]:

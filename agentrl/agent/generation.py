@@ -70,6 +70,7 @@ from agentrl.agent.turn_calls import CallBudget
 from agentrl.agent.turns import TrajectoryState, TurnRules
 from agentrl.config.schema import RolloutConfig
 from agentrl.engines.base import Engine, SamplingParams
+from agentrl.engines.version import WeightsVersion
 from agentrl.seeding import derive_seed
 from agentrl.tools.base import Tool
 from agentrl.tools.registry import build_tools
@@ -203,6 +204,7 @@ class LLMGenerationManager:
         self.tokenizer = tokenizer
         self.config = config
         self.close_tools_after_run = True
+        self.weights = WeightsVersion()  # the engine's weights: the actor sets it (engines/version.py)
         self.tools, typed = checked_tools(build_tools(config.tools) if tools is None else tools)
         self.specs = [t.spec for t in typed]
         self.format = build_format(config, tokenizer, self.specs, tags={t.name: t.tag for t in typed})
@@ -223,6 +225,7 @@ class LLMGenerationManager:
             max_obs_length=config.max_obs_length,
             calls=CallBudget(config.max_calls_per_turn, config.max_calls_per_trajectory),
             context=config.context,
+            weights=self.weights,
         )
 
     def encode_prompt(self, prompt: PromptSpec) -> PromptSpec:

@@ -167,6 +167,9 @@ class Trajectory:
     # per model turn: the rewards its tools returned with their results (ToolResult.reward), summed
     turn_rewards: list[float] = field(default_factory=list)
     context_compactions: int = 0  # times the context policy compacted the conversation (context.py)
+    # per model turn: the version of the weights that sampled it (engines/version.py); a trajectory
+    # continued across a weight update holds both
+    turn_versions: list[int] = field(default_factory=list)
     # the score an agent harness gave the trajectory (endpoint/agents.py), used instead of the
     # reward's rule; None: the rule scores it
     outcome_reward: float | None = None
@@ -245,14 +248,15 @@ class Trajectory:
             1 for s in self.segments if s == Segment.MODEL
         )
 
-    def add_turn(self, ids: list[int], log_probs: list[float], finish_reason: str) -> int:
+    def add_turn(self, ids: list[int], log_probs: list[float], finish_reason: str, version: int = 0) -> int:
         """Record one sampled model turn: its tokens in the current step, its place among the
-        step's turns (where it ends), a zero turn reward for the tools to add to, and why it
-        ended. Returns the turn's number (from 0)."""
+        step's turns (where it ends), a zero turn reward for the tools to add to, why it ended, and
+        the version of the weights that sampled it. Returns the turn's number (from 0)."""
         self.append(ids, Segment.MODEL, log_probs)
         turn = self.num_turns
         self.num_turns += 1
         self.turn_rewards.append(0.0)
+        self.turn_versions.append(version)
         if ids:
             self.step_turns.append(turn)
             self.step_turn_ends.append(len(self.response_ids) - 1)

@@ -37,6 +37,7 @@ from agentrl.agent.turn_calls import (
 )
 from agentrl.config.schema import ContextConfig
 from agentrl.engines.base import GenerationResult, SamplingParams
+from agentrl.engines.version import WeightsVersion
 from agentrl.seeding import derive_seed
 
 
@@ -53,6 +54,8 @@ class TurnRules:
     max_obs_length: int
     calls: CallBudget
     context: ContextConfig = field(default_factory=ContextConfig)
+    # the engine's weights now: read as each turn comes back (engines/version.py)
+    weights: WeightsVersion = field(default_factory=WeightsVersion)
 
 
 class TrajectoryState:
@@ -139,7 +142,7 @@ class TrajectoryState:
         """Record a turn; returns its calls when it made any (to run, then ``on_tool_outcomes``)."""
         traj, rules = self.traj, self.rules
         ids = list(result.token_ids)
-        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason)
+        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason, rules.weights.value)
         final = self.final_turn
         text = rules.tokenizer.decode(ids, skip_special_tokens=False)
         parse = rules.format.parse(text, result.finish_reason, final)

@@ -68,7 +68,7 @@ _ZEROED = (
     "turn_scores",
     "scores",
 )
-_NONE = ("response_turn_index",)  # -1: no turn ends here
+_NONE = ("response_turn_index", "response_versions")  # -1: no turn ends here, no token sampled
 
 
 def pad_rows(batch: Batch, multiple: int) -> tuple[Batch, int]:

@@ -15,7 +15,7 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from agentrl.config.checks_plugins import check_plugins
-from agentrl.config.schema import ExperimentConfig
+from agentrl.config.schema import ExperimentConfig, staleness_bound
 
 __all__ = ["ConfigError", "check_choice", "literal_choices", "ranks_divide", "validate_config"]
 
@@ -172,8 +172,12 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
             problems.append(f"config key '{key}' must be in [0, 10), got {value}")
     if actor.dual_clip_c is not None and actor.dual_clip_c <= 1:
         problems.append(f"config key 'actor.dual_clip_c' must be > 1 or null, got {actor.dual_clip_c}")
-    if algo.tis_cap <= 0:
-        problems.append(f"config key 'algorithm.tis_cap' must be > 0, got {algo.tis_cap}")
+    if algo.tis_cap <= 0 or (algo.is_mode == "reject" and algo.tis_cap < 1):
+        problems.append(
+            f"config key 'algorithm.tis_cap' must be > 0 (>= 1 with algorithm.is_mode=reject: the band "
+            f"[1/tis_cap, tis_cap] must hold 1), got {algo.tis_cap}"
+        )
+    _check_staleness(cfg, problems)
     if not 0 <= algo.gamma <= 1 or not 0 <= algo.lam <= 1:
         problems.append(f"algorithm.gamma and algorithm.lam must be in [0, 1], got {algo.gamma}, {algo.lam}")
     if not rollout.val_greedy and rollout.temperature <= 0:
@@ -185,6 +189,23 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
     _check_skip_old_log_prob(cfg, problems)
 
 
+def _check_staleness(cfg: ExperimentConfig, problems: list[str]) -> None:
+    trainer = cfg.trainer
+    if trainer.max_staleness < 0:
+        problems.append(f"config key 'trainer.max_staleness' must be >= 0, got {trainer.max_staleness}")
+    if trainer.one_step_off_policy and trainer.max_staleness > 1:
+        problems.append(
+            "trainer.one_step_off_policy=true is trainer.max_staleness=1, but trainer.max_staleness is "
+            f"{trainer.max_staleness}: set only trainer.max_staleness"
+        )
+    elif staleness_bound(trainer) > 1:
+        problems.append(
+            f"config key 'trainer.max_staleness' must be 0 or 1 for now, got {trainer.max_staleness}: a "
+            "rollout drawn further ahead needs its own resources (the actor's engine serves one rollout "
+            "at a time), which this version does not place"
+        )
+
+
 def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:
     """Dynamic sampling, the overlong options and the dead-signal alarms."""
     sampling, reward = cfg.algorithm.dynamic_sampling, cfg.reward
@@ -192,9 +213,9 @@ def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(
             f"config key 'algorithm.dynamic_sampling.max_rounds' must be >= 1, got {sampling.max_rounds}"
         )
-    if sampling.enable and cfg.trainer.one_step_off_policy:
+    if sampling.enable and staleness_bound(cfg.trainer) > 0:
         problems.append(
-            "algorithm.dynamic_sampling.enable needs trainer.one_step_off_policy=false (a step's extra "
+            "algorithm.dynamic_sampling.enable needs trainer.max_staleness=0 (a step's extra "
             "generation rounds would wait on the rollout drawn ahead)"
         )
     budget = cfg.data.max_response_length
@@ -232,8 +253,8 @@ def _check_skip_old_log_prob(cfg: ExperimentConfig, problems: list[str]) -> None
             f"actor.update.mini_batch_size={actor.update.mini_batch_size} splits a step's {trajectories} "
             "trajectories into several optimiser steps (needs >= data.train_batch_size × actor.rollout.n)"
         )
-    if cfg.trainer.one_step_off_policy:
-        reasons.append("trainer.one_step_off_policy=true (its importance weights need π_old)")
+    if staleness_bound(cfg.trainer) > 0:
+        reasons.append("trainer.max_staleness > 0 (its importance weights need π_old)")
     if cfg.algorithm.use_kl_in_reward:
         reasons.append("algorithm.use_kl_in_reward=true (the reward's KL reads π_old before the update)")
     if actor.rollout.context.policy != "none":

@@ -38,6 +38,10 @@ JudgeMode = Literal["pointwise", "group"]
 # what a judge request that failed for good becomes: its answers' rule score
 # (reward.judge.fallback_metric), counted, or an error
 JudgeFailure = Literal["fallback", "raise"]
+# off-policy corrections (core/off_policy.py): an importance weight per token or per sequence (a
+# row), truncated at algorithm.tis_cap or rejected outside [1/tis_cap, tis_cap]
+ImportanceLevel = Literal["token", "sequence"]
+ImportanceMode = Literal["truncate", "reject"]
 
 
 @dataclass
@@ -293,9 +297,12 @@ class AlgorithmConfig:
     use_kl_in_reward: bool = True
     kl_penalty: str = "k1"  # estimator for the in-reward KL
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
-    # Truncated importance sampling when the rollout came from other weights than π_old
-    # (trainer.one_step_off_policy): each token's policy loss × min(π_old / π_rollout, tis_cap).
+    # Importance sampling when the rollout came from older weights than π_old (trainer.max_staleness
+    # > 0): ρ = π_old / π_rollout per token or per sequence (is_level); truncate: the policy loss
+    # × min(ρ, tis_cap) (TIS); reject: units with ρ outside [1/tis_cap, tis_cap] leave the loss
     tis_cap: float = 2.0
+    is_level: ImportanceLevel = "token"
+    is_mode: ImportanceMode = "truncate"
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     # overlong filtering (DAPO): a trajectory cut by the response budget or the context leaves the
     # loss (its loss mask zeroed after the advantages, which still count its score)
@@ -348,9 +355,11 @@ class TrainerConfig:
     logger: list[LoggerName] = field(default_factory=lambda: ["console", "jsonl"])
     device: Device = "cpu"
     dump_trajectories: bool = False
-    # Generate step t+1's rollout while step t updates, with weights one step stale (the policy
-    # loss corrects with algorithm.tis_cap); false keeps every step on-policy.
-    one_step_off_policy: bool = False
+    # How many updates old a trained token's weights may be: 0 keeps every step on-policy; 1
+    # generates step t+1's rollout while step t updates (the policy loss corrects with
+    # algorithm.is_*). Checked from the batch's own versions (response_versions).
+    max_staleness: int = 0
+    one_step_off_policy: bool = False  # the same as max_staleness: 1 (the key from before it)
     # dead-signal alarms: warn when no tool was called, or the reward did not vary, for this many
     # steps in a row (and on every step whose groups all tied); 0 turns them off
     alarm_after_steps: int = 5
@@ -361,6 +370,12 @@ class TrainerConfig:
     # (checkpoints reshard); false: it waits for the full size, up to restart_wait_s
     restart_shrink: bool = True
     restart_wait_s: float = 120.0  # how long a restart waits for the cluster to hold the roles
+
+
+def staleness_bound(trainer: TrainerConfig) -> int:
+    """How many updates old a trained token may be: ``trainer.max_staleness``, or 1 where a config
+    written before it says ``trainer.one_step_off_policy: true``."""
+    return max(trainer.max_staleness, int(trainer.one_step_off_policy))
 
 
 @dataclass

@@ -6,6 +6,7 @@ Modules are named after what they compute:
 - ``advantages``: GAE, GRPO/Dr.GRPO, RLOO, REINFORCE++ and their registry
 - ``losses``: KL estimators, loss aggregation, clipped policy and value losses, entropy
 - ``kl_control``: fixed and adaptive KL coefficient controllers
+- ``off_policy``: importance weights for tokens sampled by older weights, their ESS and staleness
 - ``batch``: the ``Batch`` container passed between roles
 """
 

@@ -125,7 +125,7 @@ def policy_loss(
 
         L_t = min(L_t, −c A_t)
 
-    ``token_weights`` w_t (constants, e.g. ``truncated_importance_weights``) scale each token's
+    ``token_weights`` w_t (constants, e.g. ``off_policy.importance_weights``) scale each token's
     loss, L_t ← w_t · L_t, before aggregation.
 
     Metrics: ``pg_clipfrac`` (share of tokens where the clipped term is the active one),
@@ -160,29 +160,6 @@ def policy_loss(
         "ppo_kl": masked_mean(-log_ratio, mask).detach(),
     }
     return loss, metrics
-
-
-def truncated_importance_weights(
-    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, mask: torch.Tensor, cap: float
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-token weights that correct PPO for samples drawn by a policy other than π_old
-    (truncated importance sampling; Ionides 2008), e.g. one step stale weights in the engine:
-
-        w_t = min(exp(log π_old(a_t) − log π_rollout(a_t)), C)
-
-    π_old stays the proximal policy the ratio is clipped against (decoupled PPO); w_t only
-    re-weights tokens the behaviour policy over- or under-sampled, and C bounds the variance.
-    Metrics: ``tis/weight_mean`` and ``tis/truncated_frac`` (share of tokens at the cap).
-    """
-    if cap <= 0:
-        raise ValueError(f"the importance-weight cap must be > 0, got {cap}")
-    raw = torch.exp(torch.clamp(old_log_prob - rollout_log_prob, max=20.0))
-    weights = torch.clamp(raw, max=cap) * mask
-    metrics = {
-        "tis/weight_mean": float(masked_mean(weights, mask)),
-        "tis/truncated_frac": float(masked_mean((raw > cap).to(weights.dtype), mask)),
-    }
-    return weights, metrics
 
 
 def value_loss(

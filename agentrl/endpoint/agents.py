@@ -44,6 +44,7 @@ from agentrl.config.schema import RolloutConfig
 from agentrl.endpoint.episode import Budget
 from agentrl.endpoint.server import ChatEndpoint
 from agentrl.engines.base import SamplingParams
+from agentrl.engines.version import WeightsVersion
 from agentrl.importing import import_object
 from agentrl.seeding import derive_seed
 from agentrl.tools.registry import build_tools
@@ -128,6 +129,7 @@ class AgentRollout:
         self.format = build_format(config, tokenizer, self.specs, tags={t.name: t.tag for t in typed})
         self.budget = Budget(max_prompt_length, max_response_length, config.max_obs_length, config.max_turns)
         self.timeout_s, self.max_concurrent = timeout_s, max_concurrent
+        self.weights = WeightsVersion()  # the engine's weights: the actor sets it (engines/version.py)
 
     def default_sampling(self, greedy: bool = False) -> SamplingParams:
         return rollout_sampling(self.config, greedy=greedy)
@@ -157,7 +159,9 @@ class AgentRollout:
                 raise ValueError(f"prompts[{i}]: an agent's episode starts from the prompt's chat messages")
         base = sampling or self.default_sampling()
         base = replace(base, max_new_tokens=min(base.max_new_tokens, self.config.max_tokens_per_turn))
-        endpoint = ChatEndpoint(self.engine, self.format, self.tokenizer, self.budget, base)
+        endpoint = ChatEndpoint(
+            self.engine, self.format, self.tokenizer, self.budget, base, weights=self.weights
+        )
         run = _Rollout(
             endpoint,
             ToolDispatcher(self.tools, self.config.tool_error_policy),

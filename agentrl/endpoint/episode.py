@@ -220,7 +220,12 @@ class Episode:
     # --- the reply ------------------------------------------------------------------
 
     def record(
-        self, pending: Pending, messages: list[dict[str, Any]], result: GenerationResult, cap_binding: bool
+        self,
+        pending: Pending,
+        messages: list[dict[str, Any]],
+        result: GenerationResult,
+        cap_binding: bool,
+        version: int = 0,
     ) -> tuple[dict[str, Any], TurnParse]:
         """Apply ``pending`` and record its sampled turn; returns the assistant message the agent
         is to read (``reply``) and what the format read. ``cap_binding``: the turn's token cap
@@ -232,7 +237,7 @@ class Episode:
             )
         traj = self._apply(pending)
         ids = list(result.token_ids)
-        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason)
+        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason, version)
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
         parse = self.format.parse(text, result.finish_reason, pending.final)
         canonical = self.format.assistant_message(text, parse)

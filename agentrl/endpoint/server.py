@@ -31,6 +31,7 @@ from agentrl.endpoint.episode import Budget, Episode
 from agentrl.endpoint.messages import EpisodeError
 from agentrl.endpoint.wire import ChatRequest, Choice, completion, error_body, read_request
 from agentrl.engines.base import SamplingParams
+from agentrl.engines.version import WeightsVersion
 from agentrl.seeding import derive_seed
 
 EPISODE_HEADER = "X-Episode-Id"
@@ -49,9 +50,11 @@ class ChatEndpoint:
         base: SamplingParams,
         model: str = "agentrl",
         infer: Callable[[ChatEndpoint, ChatRequest], Awaitable[dict[str, Any]]] | None = None,
+        weights: WeightsVersion | None = None,
     ) -> None:
         """``infer``: what answers a request outside an episode instead of one sampled turn (the
-        serving command's server-side tool loop)."""
+        serving command's server-side tool loop); ``weights``: the engine's weights version, which
+        each recorded turn reads as it comes back (``engines/version.py``)."""
         if infer is None and not hasattr(fmt, "render_conversation"):
             raise ValueError(
                 "the endpoint speaks chat messages with tool_calls: actor.rollout.tool_format must be a "
@@ -64,6 +67,7 @@ class ChatEndpoint:
         self.in_flight: dict[str, set[asyncio.Task]] = {}  # each open episode's request handlers
         self.metrics: dict[str, float] = {}
         self.custom_infer = infer
+        self.weights = weights or WeightsVersion()
         self._runner: web.AppRunner | None = None
         self.url: str | None = None
 
@@ -202,7 +206,7 @@ class ChatEndpoint:
                     params = replace(params, seed=derive_seed(seed, turn))
                 result = await self.engine.generate(pending.ids, params)
                 cap_binding = min(self.base.max_new_tokens, chat.max_tokens or pending.room) <= pending.room
-                message, _ = episode.record(pending, chat.messages, result, cap_binding)
+                message, _ = episode.record(pending, chat.messages, result, cap_binding, self.weights.value)
         finally:
             handlers.discard(task)  # type: ignore[arg-type]
         choice = Choice(message, result.finish_reason, list(result.token_ids), list(result.log_probs))

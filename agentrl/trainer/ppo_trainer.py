@@ -34,11 +34,12 @@ from agentrl.trainer.group_filter import Scored
 from agentrl.trainer.roles import Roles, start_roles
 from agentrl.trainer.shaping import (
     advantages_and_returns,
+    checked_staleness,
     kl_penalised_rewards,
     outcome_on_last_tokens,
     overlong_filtered_mask,
     single_step_or_refuse,
-    stale_rollout_weights,
+    stale_rollout_correction,
 )
 from agentrl.trainer.step_metrics import StepTimer, bookkeeping_metrics, step_metrics
 from agentrl.trainer.step_sampler import StepSampler
@@ -136,8 +137,9 @@ class PPOTrainer:
             tracker.log(self.validate(), step=0)
 
     def step(self) -> dict[str, float]:
-        """One training step, on-policy or one-step-off (``trainer.one_step_off_policy``); its metrics."""
-        if self.config.trainer.one_step_off_policy:
+        """One training step, on-policy or on a rollout drawn ahead (``trainer.max_staleness``); its
+        metrics."""
+        if self.context.max_staleness > 0:
             return self.off_policy_step()
         return self.train_step(self.loader.next_batch())
 
@@ -160,7 +162,7 @@ class PPOTrainer:
             # Stage 1: rollout (multi-turn: generate → <search> → retrieve → <information> → …), scored
             scored, sampling_metrics = self.sampler.sample(prompts, self.global_step, timer)
             batch, metrics = self.learn(scored, timer, off_policy=False)
-        metrics |= sampling_metrics | {"rollout/staleness": 0.0}
+        metrics |= sampling_metrics
         return self.close_step(scored.rollout, batch, metrics, timer)
 
     def off_policy_step(self) -> dict[str, float]:
@@ -169,14 +171,14 @@ class PPOTrainer:
         timer = StepTimer()
         with timer("step"):
             with timer("gen_wait"):
-                rollout, staleness = self.sampler.take_ahead(self.global_step)
+                rollout = self.sampler.take_ahead(self.global_step)
             if self.can_draw_ahead():
                 with timer("weight_sync"):
                     self.roles.actor.run_all("sync_engine")
                 self.sampler.draw_ahead(self.global_step + 1, self.global_step)
             scored = self.sampler.score(rollout, timer)
             batch, metrics = self.learn(scored, timer, off_policy=True)
-        metrics |= self.sampler.signal(scored) | {"rollout/staleness": staleness}
+        metrics |= self.sampler.signal(scored)
         return self.close_step(rollout, batch, metrics, timer)
 
     def learn(self, scored: Scored, timer: StepTimer, off_policy: bool) -> tuple[Batch, dict[str, float]]:
@@ -211,9 +213,10 @@ class PPOTrainer:
         if algo.overlong_filter:
             batch["response_mask"], overlong_metrics = overlong_filtered_mask(batch)
             metrics |= overlong_metrics
+        metrics |= checked_staleness(batch, self.global_step, self.context.max_staleness)
         if off_policy:
-            batch["tis_weights"], tis_metrics = stale_rollout_weights(batch, algo.tis_cap)
-            metrics |= tis_metrics
+            batch["tis_weights"], batch["response_mask"], is_metrics = stale_rollout_correction(batch, algo)
+            metrics |= is_metrics
         # Stage 3: update
         update_metrics = self.update(batch, timer)
         if padding:

@@ -3,7 +3,8 @@
 Stage 2's arithmetic once the roles have filled the batch (π_old, values, π_ref): the score put
 on the last model token of the trajectory's last step and the KL penalty in the reward, the
 advantage estimator (whitened for a critic) with the trajectories' steps and their turn rewards,
-DAPO's overlong filter, and one-step-off's truncated importance weights.
+DAPO's overlong filter, and, for a rollout drawn ahead, its importance weights and the check
+that no trained token is staler than the run allows.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from agentrl.config.schema import AlgorithmConfig
 from agentrl.core.advantages import AdvantageEstimator, AdvantageInputs
 from agentrl.core.batch import Batch
 from agentrl.core.kl_control import KLController
-from agentrl.core.losses import kl_in_reward, truncated_importance_weights
+from agentrl.core.losses import kl_in_reward
 from agentrl.core.masked import masked_mean, masked_whiten
+from agentrl.core.off_policy import importance_weights, stale_tokens, staleness_metrics
 from agentrl.core.overlong import overlong_loss_mask, overlong_rows
 from agentrl.core.placement import place_score_on_last_token
 
@@ -87,12 +89,42 @@ def overlong_filtered_mask(batch: Batch) -> tuple[torch.Tensor, dict[str, float]
     return mask, {"overlong_filter/masked_share": float(overlong.float().mean())}
 
 
-def stale_rollout_weights(batch: Batch, cap: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """One-step-off: the engine sampled with older weights than π_old (recomputed), so each token
-    is re-weighted by π_old / π_rollout, truncated at ``cap`` (``algorithm.tis_cap``)."""
-    return truncated_importance_weights(
-        batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], cap
+class StaleBatchError(RuntimeError):
+    """A batch holds tokens older than ``trainer.max_staleness`` allows (or newer than the weights
+    being trained): the rollout's bookkeeping is wrong, and training on it would hide that."""
+
+
+def stale_rollout_correction(
+    batch: Batch, algo: AlgorithmConfig
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """A rollout drawn ahead: the engine sampled with older weights than π_old (recomputed), so each
+    token (or sequence, ``algorithm.is_level``) is re-weighted by π_old / π_rollout, truncated at
+    ``algorithm.tis_cap`` or rejected outside [1/tis_cap, tis_cap] (``algorithm.is_mode``). Returns
+    the weights, the loss mask to train with (rejected tokens leave it) and the metrics."""
+    return importance_weights(
+        batch["old_log_probs"],
+        batch["rollout_log_probs"],
+        batch["response_mask"],
+        level=algo.is_level,
+        mode=algo.is_mode,
+        cap=algo.tis_cap,
     )
+
+
+def checked_staleness(batch: Batch, version: int, max_staleness: int) -> dict[str, float]:
+    """The staleness of the batch's sampled tokens against the weights of ``version`` being trained,
+    read from the batch itself (``response_versions``); ``StaleBatchError`` when one is older than
+    ``max_staleness`` updates or newer than ``version``."""
+    versions, mask = batch["response_versions"], batch["response_mask"]
+    bad = stale_tokens(versions, mask, version, max_staleness)
+    if bad:
+        found = versions[(mask > 0) & (versions >= 0)]
+        raise StaleBatchError(
+            f"{bad} sampled tokens of this batch are more than trainer.max_staleness={max_staleness} "
+            f"updates older than the weights being trained (version {version}), or newer; the batch "
+            f"holds versions {sorted(set(found.tolist()))}"
+        )
+    return staleness_metrics(versions, mask, version, max_staleness)
 
 
 def single_step_or_refuse(rows: int, mini_batch_size: int) -> None:

@@ -4,7 +4,7 @@ With ``algorithm.dynamic_sampling`` a step draws further rounds of prompts from 
 enough groups differ in score (``group_filter.fill_groups``); without it, one round. Either way
 the step's signal metrics (``group_filter.signal_metrics``) cover every sample generated.
 
-One-step-off-policy (``trainer.one_step_off_policy``) keeps one rollout in flight here: the next
+A rollout drawn ahead (``trainer.max_staleness`` 1) keeps one rollout in flight here: the next
 step's, submitted before this step's update (``draw_ahead``) and trained on by the next step
 (``take_ahead``). The sampler alone holds it: it waits for it before the engine serves anything
 else (``drain``), and it says where a checkpoint resumes drawing prompts from (``loader_state``:
@@ -65,13 +65,13 @@ class StepSampler:
         the rollout in flight (it is dropped, and redrawn), else where the loader stands."""
         return self.ahead.loader_state if self.ahead is not None else self.loader.state_dict()
 
-    def take_ahead(self, step: int) -> tuple[RolloutResult, float]:
-        """One-step-off: the rollout (0-based) step ``step`` trains on, waited for, and its staleness
-        in updates: the one submitted during the step before, or one submitted now (a run's first
-        step, or the first after a resume)."""
+    def take_ahead(self, step: int) -> RolloutResult:
+        """The rollout (0-based) step ``step`` trains on, waited for: the one submitted during the
+        step before, or one submitted now (a run's first step, or the first after a resume). Its
+        trajectories carry the version of the weights that sampled each turn."""
         ahead = self.ahead or self.submit(step, step)
         self.ahead = None
-        return ahead.result(), float(step - ahead.weights_version)
+        return ahead.result()
 
     def draw_ahead(self, step: int, weights_version: int) -> None:
         """One-step-off: submit (0-based) step ``step``'s rollout now, on the engine's weights of
@@ -109,18 +109,23 @@ class StepSampler:
         prompts = self.loader.next_batch()
         seed = derive_seed(self.config.seed, "rollout", step)
         n = self.config.actor.rollout.n
-        pending = self.roles.actor.submit_chunks("generate_sequences", prompts, n, seed, False)
+        pending = self.roles.actor.submit_chunks(
+            "generate_sequences", prompts, n, seed, False, weights_version=weights_version
+        )
         return RolloutAhead(pending, weights_version, loader_state)
 
     def generate(
         self, prompts: list, step: int, validate: bool = False, round_index: int = 0
     ) -> RolloutResult:
         """The rollout of ``prompts``: seeded per step (and per dynamic-sampling round after the
-        first), ``actor.rollout.n`` samples each; one unseeded sample each when validating."""
+        first), ``actor.rollout.n`` samples each; one unseeded sample each when validating. The
+        engine samples with the weights of ``step`` updates (the version its turns record)."""
         n = 1 if validate else self.config.actor.rollout.n
         parts = ("rollout", step) + (("round", round_index) if round_index else ())
         seed = None if validate else derive_seed(self.config.seed, *parts)
-        return self.roles.actor.submit_chunks("generate_sequences", prompts, n, seed, validate).result()
+        return self.roles.actor.submit_chunks(
+            "generate_sequences", prompts, n, seed, validate, weights_version=step
+        ).result()
 
     def generate_scored(self, prompts: list, step: int, round_index: int, timer: StepTimer) -> Scored:
         """One round of the step's rollout, scored; round 0 draws the step's own seed."""

@@ -162,18 +162,26 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         return self._rollout
 
     def generate_sequences(
-        self, prompts: list, n: int, seed: int | None = None, validate: bool = False, first_index: int = 0
+        self,
+        prompts: list,
+        n: int,
+        seed: int | None = None,
+        validate: bool = False,
+        first_index: int = 0,
+        weights_version: int = 0,
     ) -> RolloutResult:
         """Multi-turn rollouts of ``prompts``, ``n`` samples each: trajectories and metrics.
 
         ``prompts`` are the step's prompts from ``first_index`` on (``WorkerGroup.submit_chunks``):
         sample k of the step's prompt i draws its own stream, row ``i·n + k`` of one stream for the
         whole step, so a rollout samples the same tokens on any number of ranks, and a run resumed
-        on fewer ranks continues as it would have.
+        on fewer ranks continues as it would have. ``weights_version``: the updates the engine's
+        weights have had (the driver synced them), recorded on every turn sampled.
         """
         if not self.engine_link.choice.own_copy:
             self.model.eval()  # the engine generates with the training module itself
         manager = self.rollout
+        manager.weights.value = weights_version
         synced = self.engine_link.wake()
         # "rank 0": the stream of the one rank, from when every rank drew its own; kept so that a
         # one-rank run samples exactly what it did before

@@ -26,7 +26,14 @@ import torch
 import torch.distributed as dist
 
 from agentrl.cluster.data_plane import join_group
-from agentrl.config.schema import Device, ExperimentConfig, OptimConfig, Strategy, UpdateConfig
+from agentrl.config.schema import (
+    Device,
+    ExperimentConfig,
+    OptimConfig,
+    Strategy,
+    UpdateConfig,
+    staleness_bound,
+)
 from agentrl.core.batch import Batch
 from agentrl.models.optim import build_optimizer
 from agentrl.models.sharding import ShardedSync, load_sharded_state, save_sharded_state, shard_model
@@ -54,12 +61,19 @@ class RunContext:
     max_prompt_length: int
     max_response_length: int  # the response budget; also the Dr.GRPO loss normaliser
     strategy: str = "dp"  # dp | fsdp (resources.strategy)
-    overlap_rollout: bool = False  # the next rollout runs during the update (trainer.one_step_off_policy)
+    # how many updates old a trained token may be (config.schema.staleness_bound); above 0 the
+    # next rollout runs during the update
+    max_staleness: int = 0
     old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
     # the run's tools (tags, names) and their call format, as the driver built them once (tools.check)
     tools: ToolIdentity = SEARCH_ONLY
     socket_ifname: str | None = None  # resources.socket_ifname: the data plane's interface
     rendezvous_timeout_s: float = 120.0  # resources.rendezvous_timeout_s: how long ranks wait to meet
+
+    @property
+    def overlap_rollout(self) -> bool:
+        """Whether the next rollout runs during the update (a rollout drawn ahead)."""
+        return self.max_staleness > 0
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, tools: ToolIdentity | None = None) -> RunContext:
@@ -75,7 +89,7 @@ class RunContext:
             max_prompt_length=config.data.max_prompt_length,
             max_response_length=config.data.max_response_length,
             strategy=config.resources.strategy,
-            overlap_rollout=config.trainer.one_step_off_policy,
+            max_staleness=staleness_bound(config.trainer),
             old_log_prob_source="update_forward" if config.actor.skip_old_log_prob else "recomputed",
             tools=tools,
             socket_ifname=config.resources.socket_ifname,

@@ -105,6 +105,47 @@ def prompts(tokenizer, questions=QUESTIONS, data_source="nq"):
     return [question_prompt(tokenizer, q, data_source, {"target": ["x"]}, i) for i, q in enumerate(questions)]
 
 
+class ReweightedEngine(ScriptedEngine):
+    """New weights reach the engine while trajectories are in flight: from its 4th call on it
+    samples with version 1, whose log-probs differ, and says so through the rollout's counter."""
+
+    def __init__(self, tokenizer, policy, weights) -> None:
+        super().__init__(tokenizer, policy)
+        self.weights = weights  # the rollout's WeightsVersion, set as the actor would set it
+
+    def log_prob_of(self, token_id: int) -> float:
+        return fake_log_prob(token_id) * (1 + self.weights.value)
+
+    async def generate(self, prompt_ids, params):
+        if len(self.calls) == 3:
+            self.weights.value = 1
+        return await super().generate(prompt_ids, params)
+
+
+def test_a_trajectory_continued_across_a_weight_update_carries_both_versions_and_their_log_probs(
+    tokenizer, retriever_url
+):
+    engine = ReweightedEngine(tokenizer, search_then_answer, None)
+    manager = make_manager(engine, tokenizer, [SearchTool(retriever_url, topk=1)])
+    engine.weights = manager.weights
+    manager.weights.value = 0
+    trajs = manager.run(prompts(tokenizer), n=1).trajectories  # 3 questions: calls 1-3 are first turns
+    batch = assert_rollout_invariants(trajs, engine, tokenizer)
+    versions, mask = batch["response_versions"], batch["response_mask"]
+    for i, t in enumerate(trajs):
+        assert t.turn_versions == [0, 1]  # the search turn before the update, the answer after it
+        ends = [k for k in range(versions.shape[1]) if batch["response_turn_ends"][i, k]]
+        first = versions[i, : ends[0] + 1][mask[i, : ends[0] + 1] > 0]
+        second = versions[i, ends[0] + 1 :][mask[i, ends[0] + 1 :] > 0]
+        assert set(first.tolist()) == {0} and set(second.tolist()) == {1}
+        # each token's log-prob is the one of the weights that sampled it
+        ids, lps = batch["responses"][i], batch["rollout_log_probs"][i]
+        for k in range(versions.shape[1]):
+            if mask[i, k] > 0:
+                expected = fake_log_prob(int(ids[k])) * (1 + int(versions[i, k]))
+                assert float(lps[k]) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("schedule", ["concurrent", "lockstep"])
 def test_multi_turn_search_then_answer(tokenizer, retriever_url, schedule, dialect):
     engine = ScriptedEngine(tokenizer, lambda ctx: search_then_answer(ctx, dialect))

@@ -1,8 +1,12 @@
 """Config: presets load, overrides apply, bad keys and values stop with the key named."""
 
+from typing import get_args
+
 import pytest
 
 from agentrl.config import ConfigError, ExperimentConfig, available_presets, load_config
+from agentrl.config.schema import ImportanceLevel, ImportanceMode, staleness_bound
+from agentrl.core.off_policy import IS_LEVELS, IS_MODES
 
 
 @pytest.fixture
@@ -110,7 +114,8 @@ def test_skipping_the_old_log_prob_pass_is_refused_wherever_pi_old_would_differ(
     refused = {
         "actor.update.epochs=2": r"actor\.update\.epochs=2 \(needs 1\)",
         "actor.update.mini_batch_size=16": r"mini_batch_size=16 splits a step's 40 trajectories",
-        "trainer.one_step_off_policy=true": r"trainer\.one_step_off_policy=true",
+        "trainer.max_staleness=1": r"trainer\.max_staleness > 0",
+        "trainer.one_step_off_policy=true": r"trainer\.max_staleness > 0",
         "algorithm.use_kl_in_reward=true": r"algorithm\.use_kl_in_reward=true",
     }
     for override, reason in refused.items():
@@ -320,10 +325,8 @@ def test_dynamic_sampling_and_the_overlong_options_are_checked_by_key(model_dir)
         ConfigError, match=r"dynamic_sampling\.enable drops groups.*adv_estimator=gae has none"
     ):
         load_config("ppo", grpo)
-    with pytest.raises(
-        ConfigError, match=r"dynamic_sampling\.enable needs trainer\.one_step_off_policy=false"
-    ):
-        load_config("grpo", [*grpo, "trainer.one_step_off_policy=true", "actor.skip_old_log_prob=false"])
+    with pytest.raises(ConfigError, match=r"dynamic_sampling\.enable needs trainer\.max_staleness=0"):
+        load_config("grpo", [*grpo, "trainer.max_staleness=1", "actor.skip_old_log_prob=false"])
     with pytest.raises(ConfigError, match=r"'algorithm\.dynamic_sampling\.max_rounds' must be >= 1, got 0"):
         load_config("grpo", [*grpo, "algorithm.dynamic_sampling.max_rounds=0"])
     budget = ["data.max_response_length=100", f"actor.model_path={model_dir}"]
@@ -337,3 +340,27 @@ def test_dynamic_sampling_and_the_overlong_options_are_checked_by_key(model_dir)
         load_config("grpo", [*budget, "trainer.alarm_after_steps=-2"])
     with pytest.raises(ConfigError, match=r"'trainer\.time_budget_minutes' must be > 0 or null, got 0"):
         load_config("grpo", [*budget, "trainer.time_budget_minutes=0"])
+
+
+def test_the_staleness_bound_and_the_importance_options_are_checked_by_key(model_dir):
+    base = [f"actor.model_path={model_dir}"]
+    assert staleness_bound(load_config("ppo", base).trainer) == 0
+    assert staleness_bound(load_config("ppo", [*base, "trainer.max_staleness=1"]).trainer) == 1
+    # a config written before max_staleness: one_step_off_policy is its bound of 1
+    assert staleness_bound(load_config("ppo", [*base, "trainer.one_step_off_policy=true"]).trainer) == 1
+    with pytest.raises(ConfigError, match=r"'trainer\.max_staleness' must be >= 0, got -1"):
+        load_config("ppo", [*base, "trainer.max_staleness=-1"])
+    with pytest.raises(ConfigError, match=r"'trainer\.max_staleness' must be 0 or 1 for now, got 2.*own"):
+        load_config("ppo", [*base, "trainer.max_staleness=2"])
+    with pytest.raises(ConfigError, match=r"one_step_off_policy=true is trainer\.max_staleness=1, but .*3"):
+        load_config("ppo", [*base, "trainer.one_step_off_policy=true", "trainer.max_staleness=3"])
+    reject = [*base, "algorithm.is_mode=reject", "algorithm.is_level=sequence"]
+    assert load_config("ppo", [*reject, "algorithm.tis_cap=1.5"]).algorithm.is_level == "sequence"
+    with pytest.raises(ConfigError, match=r"'algorithm\.tis_cap' must be > 0 \(>= 1 with .*reject.*got 0\.5"):
+        load_config("ppo", [*reject, "algorithm.tis_cap=0.5"])
+    with pytest.raises(ConfigError, match=r"algorithm\.is_mode"):
+        load_config("ppo", [*base, "algorithm.is_mode=clip"])
+
+
+def test_the_importance_levels_and_modes_of_core_are_the_schemas():
+    assert get_args(ImportanceLevel) == IS_LEVELS and get_args(ImportanceMode) == IS_MODES

@@ -13,7 +13,6 @@ from agentrl.core.losses import (
     kl_penalty,
     log_probs_from_logits,
     policy_loss,
-    truncated_importance_weights,
     value_loss,
 )
 
@@ -190,19 +189,6 @@ def test_kl_in_the_reward_is_subtracted_on_model_tokens_only_and_the_score_sits_
     assert rewards[0, 4].item() == pytest.approx(1.0 - 0.1 * 0.0) and rewards[0, 0].item() == pytest.approx(
         -0.05
     )
-
-
-def test_truncated_importance_weights_hand_computed():
-    old = torch.tensor([[math.log(0.5), math.log(0.9), math.log(0.2), 0.0]])
-    rollout = torch.tensor([[math.log(0.25), math.log(0.9), math.log(0.8), 0.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
-    weights, metrics = truncated_importance_weights(old, rollout, mask, cap=1.5)
-    # 0.5/0.25 = 2 is truncated to 1.5; 0.9/0.9 = 1; 0.2/0.8 = 0.25; the padded token weighs 0
-    torch.testing.assert_close(weights, torch.tensor([[1.5, 1.0, 0.25, 0.0]]))
-    assert metrics["tis/truncated_frac"] == pytest.approx(1 / 3)
-    assert metrics["tis/weight_mean"] == pytest.approx((1.5 + 1.0 + 0.25) / 3)
-    with pytest.raises(ValueError, match="cap"):
-        truncated_importance_weights(old, rollout, mask, cap=0.0)
 
 
 def test_token_weights_scale_each_tokens_policy_loss_and_its_gradient():

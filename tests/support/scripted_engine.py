@@ -178,5 +178,8 @@ def assert_rollout_invariants(trajs, engine: ScriptedEngine | RecordingEngine, t
                 inside = False
     for t in trajs:
         assert t.num_valid_actions + t.num_invalid_actions == t.num_turns
+        assert len(t.turn_versions) == t.num_turns  # each turn says which weights sampled it
+    # a weights version on exactly the sampled tokens, -1 on observations and padding
+    assert torch.equal(batch["response_versions"] >= 0, mask > 0)
     assert not any(candidates for candidates in sampled.values()), "a sampled turn is in no step"
     return batch

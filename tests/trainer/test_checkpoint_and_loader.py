@@ -96,9 +96,11 @@ def test_one_epoch_of_eight_prompts_in_batches_of_four_is_two_steps(tiny_model_d
 class PromptIndices:
     """The actor group's rollout, in this process: a submitted rollout is the indices of its prompts."""
 
-    def submit_chunks(self, method: str, prompts: list, n: int, seed: int | None, validate: bool):
-        indices = [p.index for p in prompts]
-        return SimpleNamespace(result=lambda: indices)
+    def submit_chunks(
+        self, method: str, prompts: list, n: int, seed: int | None, validate: bool, weights_version: int
+    ):
+        rollout = ([p.index for p in prompts], weights_version)  # its prompts, and the weights it samples
+        return SimpleNamespace(result=lambda: rollout)
 
 
 def test_one_step_off_trains_the_batch_drawn_ahead_at_the_end_of_the_epoch(tiny_model_dir, tmp_path):
@@ -110,12 +112,12 @@ def test_one_step_off_trains_the_batch_drawn_ahead_at_the_end_of_the_epoch(tiny_
     trainer.sampler = StepSampler(trainer.config, roles, trainer.tokenizer, trainer.loader, grouped=False)
     trained, resume_from = [], []
     while not trainer.finished():  # the loop of off_policy_step, without the workers
-        rollout, staleness = trainer.sampler.take_ahead(trainer.global_step)
+        indices, version = trainer.sampler.take_ahead(trainer.global_step)
         if trainer.can_draw_ahead():
             trainer.sampler.draw_ahead(trainer.global_step + 1, trainer.global_step)
-        trained.append((rollout, staleness))
+        trained.append((indices, trainer.global_step - version))  # the staleness it is trained at
         resume_from.append(trainer.sampler.loader_state()["position"])
         trainer.global_step += 1
-    assert trained == [([0, 1, 2, 3], 0.0), ([4, 5, 6, 7], 1.0)]
+    assert trained == [([0, 1, 2, 3], 0), ([4, 5, 6, 7], 1)]
     assert resume_from == [1, 2], "step 1's checkpoint redraws the batch in flight; step 2's is at the end"
     assert not trainer.sampler.in_flight

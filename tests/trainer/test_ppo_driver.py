@@ -141,3 +141,32 @@ def test_a_non_finite_loss_raised_in_a_ray_worker_stops_the_run_as_diverged(tiny
     trainer.roles = Roles(actor=DivergedOnRay(), critic=None, reference=None, reward=None)
     with pytest.raises(TrainingDiverged, match=r"^step 1: actor/loss is nan; no checkpoint written$"):
         trainer.update_role("actor", "update_actor", batch=None)  # one rank: the batch is passed as is
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itself(
+    search_world, tmp_path, monkeypatch, max_staleness
+):
+    trained = []  # (the step's version, the versions of the tokens it trains on)
+    learn = PPOTrainer.learn
+
+    def spy(self, scored, timer, off_policy):
+        batch = scored.batch
+        trained.append((self.global_step, batch["response_versions"][batch["response_mask"] > 0], off_policy))
+        return learn(self, scored, timer, off_policy)
+
+    monkeypatch.setattr(PPOTrainer, "learn", spy)
+    run_dir = tmp_path / f"stale{max_staleness}"
+    grpo = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "trainer.max_staleness": max_staleness}
+    run("grpo", search_world.overrides(run_dir, steps=3, **grpo), in_process=True)
+    assert [step for step, _, _ in trained] == [0, 1, 2]
+    for step, versions, off_policy in trained:
+        assert versions.numel() > 0 and off_policy == (max_staleness > 0)
+        staleness = step - versions
+        assert int(staleness.min()) >= 0 and int(staleness.max()) <= max_staleness
+    # on-policy: every token sampled by the weights it trains; drawn ahead: one update old after the first
+    expected = [0, 0, 0] if max_staleness == 0 else [0, 1, 1]
+    assert [int((step - v).max()) for step, v, _ in trained] == expected
+    rows = read_metrics(run_dir)
+    assert [r["off_policy/staleness_max"] for r in rows] == expected
+    assert all(("off_policy/ess" in r) == (max_staleness > 0) for r in rows)

@@ -87,7 +87,9 @@ def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_
         ),
     )
     rows = read_metrics(run_dir)
-    assert [r["rollout/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+    # read from the trained batch's own versions: the first rollout on the current weights
+    assert [r["off_policy/staleness_max"] for r in rows] == [0.0, 1.0, 1.0]
+    assert [r["off_policy/staleness_frac/1"] for r in rows] == [0.0, 1.0, 1.0]
     assert "val/all/em" in rows[1]
     # Step 2's checkpoint resumes before the prompts of the rollout then in flight (batch 3).
     state = torch.load(run_dir / "checkpoints" / "step_2" / "trainer_state.pt", weights_only=False)
@@ -96,7 +98,7 @@ def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_
     assert rows[0]["rollout/logprob_diff"] < 1e-3
     assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
     for row in rows:
-        assert {"tis/weight_mean", "tis/truncated_frac", "timing_s/gen_wait"} <= row.keys()
+        assert {"off_policy/is_weight_mean", "off_policy/ess", "timing_s/gen_wait"} <= row.keys()
         assert "timing_s/gen" not in row, "the generation itself overlapped the previous update"
         assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
     assert all("timing_s/weight_sync" in r for r in rows[:2]) and "timing_s/weight_sync" not in rows[2]

@@ -23,11 +23,13 @@ class ActorGroup:
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[int], int, int | None, bool]] = []
+        self.versions: list[int] = []  # the weights version each call said the engine holds
 
     def submit_chunks(
-        self, method: str, prompts: list[int], n: int, seed: int | None, validate: bool
+        self, method: str, prompts: list[int], n: int, seed: int | None, validate: bool, **kw: int
     ) -> Collected:
         assert method == "generate_sequences"
+        self.versions.append(kw["weights_version"])
         return self.generate(prompts, n, seed, validate)
 
     def generate(self, prompts: list[int], n: int, seed: int | None, validate: bool) -> Collected:
@@ -68,6 +70,7 @@ def test_without_dynamic_sampling_a_step_draws_once_with_the_steps_own_seed(toke
     sampler, actor, warnings = _sampler(tokenizer, dynamic=False)
     scored, metrics = sampler.sample(sampler.loader.next_batch(), 5, StepTimer())
     assert actor.calls == [([0, 1], 2, derive_seed(11, "rollout", 5), False)]
+    assert actor.versions == [5]  # step 5 samples with the weights of 5 updates
     assert len(scored.batch) == 4 and scored.batch["scores"].tolist() == [0.0] * 4
     assert metrics == {"signal/score_mean": 0.0, "signal/score_spread": 0.0, "signal/tied_group_share": 1.0}
     assert warnings == []
@@ -91,3 +94,14 @@ def test_dynamic_sampling_rounds_draw_new_prompts_with_their_own_seeds_and_say_w
     ]
     assert sampler.loader.state_dict()["position"] == 3, "every round's prompts are consumed"
     assert set(timer.seconds) == {"gen", "reward"}
+
+
+def test_a_rollout_drawn_ahead_says_the_weights_version_it_was_submitted_on(tokenizer):
+    sampler, actor, _ = _sampler(tokenizer, dynamic=False)
+    first = sampler.take_ahead(0)  # nothing in flight: submitted now, on the current weights
+    sampler.draw_ahead(1, weights_version=0)  # step 1's rollout generates during step 0's update
+    assert sampler.in_flight and sampler.loader_state()["position"] == 1  # a resume redraws batch 1
+    second = sampler.take_ahead(1)
+    assert actor.versions == [0, 0] and not sampler.in_flight
+    assert [c[0] for c in actor.calls] == [[0, 1], [2, 3]]
+    assert len(first.trajectories) == len(second.trajectories) == 4
