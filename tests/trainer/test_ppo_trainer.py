@@ -212,6 +212,31 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_
         assert all(r["actor/engine_sleep_freed_mb"] > 0 and "actor/weight_sync_s" in r for r in rows)
 
 
+def test_a_run_drawing_its_rollout_ahead_killed_mid_run_resumes_and_redraws_the_batch_then_in_flight(
+    search_world, tmp_path
+):
+    # dp in this process: what is tested is the rollout in flight across the kill, not Ray
+    ahead = {**CHECKPOINTED, "trainer.max_staleness": 1}
+    straight_dir, run_dir = tmp_path / "straight", tmp_path / "killed"
+    run("ppo", search_world.overrides(straight_dir, steps=3, **ahead), in_process=True)
+    args = search_world.overrides(run_dir, steps=3, **ahead)
+    _kill_while_writing_checkpoint_2(args, run_dir, tmp_path / "killed_trainer.log", in_process=True)
+    assert [step for step, _ in CheckpointManager(run_dir).complete_checkpoints()] == [1]
+    logged = len(read_metrics(run_dir))
+    trainer, _, _ = run("ppo", args, in_process=True)  # resume_mode=auto: from step 1
+    assert trainer.global_step == 3 and not trainer.sampler.in_flight
+    rows = read_metrics(run_dir)[logged:]
+    assert [r["step"] for r in rows] == [2, 3]
+    # step 2's rollout was in flight at the kill: drawn again from the same prompts, on the
+    # restored weights (staleness 0), then step 3's drawn ahead as before (staleness 1)
+    assert [r["off_policy/staleness_max"] for r in rows] == [0.0, 1.0]
+    straight_rows = read_metrics(straight_dir)
+    assert [r["off_policy/staleness_max"] for r in straight_rows] == [0.0, 1.0, 1.0]
+    for step in (2, 3):
+        prompts = sorted(p for p, _, _ in _batch(run_dir, step))
+        assert prompts == sorted(p for p, _, _ in _batch(straight_dir, step)), f"step {step}: other prompts"
+
+
 @pytest.mark.parametrize(
     "override, message",
     [
