@@ -168,7 +168,7 @@ class Trajectory:
     turn_rewards: list[float] = field(default_factory=list)
     context_compactions: int = 0  # times the context policy compacted the conversation (context.py)
     # per model turn: the version of the weights that sampled it (engines/version.py); a trajectory
-    # continued across a weight update holds both
+    # continued across a weight update (a partial rollout) holds both
     turn_versions: list[int] = field(default_factory=list)
     # the score an agent harness gave the trajectory (endpoint/agents.py), used instead of the
     # reward's rule; None: the rule scores it

@@ -1,10 +1,13 @@
-"""The version of the weights a rollout's engine samples with: how many policy updates they have had.
+"""The version of the weights a rollout's engine samples with: the training step they come from.
 
-The actor sets it before a rollout (the driver says which version it synced the engine to) and,
-when new weights reach the engine while trajectories are in flight, sets it again; each sampled
-turn records the value it reads when its tokens come back (``Trajectory.turn_versions``), so a
-trajectory continued across a weight update carries both versions. The trainer reads the
-versions from the batch (``response_versions``) to bound and report staleness.
+The version is the driver's step count when the weights were synced into the engine (the
+updates they have had, except during a critic's warm-up, when steps pass without an actor
+update). The actor sets it before a rollout, from the version the driver says it synced; each
+sampled turn records the value it reads when its tokens come back (``Trajectory.turn_versions``).
+Whoever loads new weights while trajectories are in flight (a partial rollout) sets it again,
+and a trajectory continued across that update then carries both versions; the colocated actor
+never does today (its engine serves one rollout at a time). The trainer reads the versions from
+the batch (``response_versions``) to bound and report staleness.
 """
 
 from __future__ import annotations

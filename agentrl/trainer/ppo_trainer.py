@@ -186,6 +186,8 @@ class PPOTrainer:
         # every stage splits a batch evenly over its group's ranks; a trajectory's steps add rows
         ranks = [g.world_size for g in (self.roles.actor, self.roles.critic, self.roles.reference) if g]
         batch, padding = pad_rows(scored.batch, math.lcm(*ranks))
+        # first, from the batch itself: a stale batch stops before any role computes on it
+        staleness = checked_staleness(batch, self.global_step, self.context.max_staleness)
         if self.context.old_log_prob_source == "update_forward":
             single_step_or_refuse(len(batch), self.config.actor.update.mini_batch_size)
         # Stage 2: make training data
@@ -213,10 +215,10 @@ class PPOTrainer:
         if algo.overlong_filter:
             batch["response_mask"], overlong_metrics = overlong_filtered_mask(batch)
             metrics |= overlong_metrics
-        metrics |= checked_staleness(batch, self.global_step, self.context.max_staleness)
-        if off_policy:
-            batch["tis_weights"], batch["response_mask"], is_metrics = stale_rollout_correction(batch, algo)
+        if off_policy:  # rejection takes tokens out of the policy loss only (policy_mask)
+            batch["tis_weights"], batch["policy_mask"], is_metrics = stale_rollout_correction(batch, algo)
             metrics |= is_metrics
+        metrics |= staleness
         # Stage 3: update
         update_metrics = self.update(batch, timer)
         if padding:

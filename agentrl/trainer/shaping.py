@@ -100,7 +100,8 @@ def stale_rollout_correction(
     """A rollout drawn ahead: the engine sampled with older weights than π_old (recomputed), so each
     token (or sequence, ``algorithm.is_level``) is re-weighted by π_old / π_rollout, truncated at
     ``algorithm.tis_cap`` or rejected outside [1/tis_cap, tis_cap] (``algorithm.is_mode``). Returns
-    the weights, the loss mask to train with (rejected tokens leave it) and the metrics."""
+    the weights, the policy loss's mask (``response_mask`` without the rejected tokens: the critic,
+    the KL and the metrics keep the whole mask) and the metrics."""
     return importance_weights(
         batch["old_log_probs"],
         batch["rollout_log_probs"],
@@ -116,6 +117,12 @@ def checked_staleness(batch: Batch, version: int, max_staleness: int) -> dict[st
     read from the batch itself (``response_versions``); ``StaleBatchError`` when one is older than
     ``max_staleness`` updates or newer than ``version``."""
     versions, mask = batch["response_versions"], batch["response_mask"]
+    unversioned = int(((mask > 0) & (versions < 0)).sum())
+    if unversioned:  # a trajectory recorded without Trajectory.add_turn: its age is unknown
+        raise StaleBatchError(
+            f"{unversioned} sampled tokens of this batch carry no weights version (a turn recorded "
+            "without Trajectory.add_turn); the staleness bound cannot be checked"
+        )
     bad = stale_tokens(versions, mask, version, max_staleness)
     if bad:
         found = versions[(mask > 0) & (versions >= 0)]

@@ -224,13 +224,13 @@ class ActorWorker(PolicyWorker, TrainableWorker):
             log_probs,
             old_log_probs,
             micro["advantages"],
-            mask,
+            micro.get("policy_mask", mask),  # a rollout drawn ahead: rejected tokens leave this loss only
             clip_low=actor.clip_ratio_low,
             clip_high=actor.clip_ratio_high,
             dual_clip_c=actor.dual_clip_c,
             agg=actor.loss_agg_mode,
             norm_tokens=norm,
-            token_weights=micro.get("tis_weights"),  # one-step-off: truncated importance weights
+            token_weights=micro.get("tis_weights"),  # a rollout drawn ahead: importance weights
         )
         loss = pg_loss
         metrics = {**metrics, "pg_loss": pg_loss.detach()}

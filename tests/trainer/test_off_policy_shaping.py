@@ -58,3 +58,10 @@ def test_rejection_takes_the_tokens_outside_the_band_out_of_the_loss_mask_and_tr
     assert keep.tolist() == [[1.0, 1.0, 1.0]]
     assert weights[0].tolist() == pytest.approx([2.0, 1.0, math.exp(-1)])
     assert metrics["off_policy/is_truncated_frac"] == pytest.approx(1 / 3)
+
+
+def test_a_sampled_token_without_a_version_stops_the_step_rather_than_passing_unchecked():
+    batch = _batch([[5, 5, -1]], [[0.0] * 3], [[0.0] * 3])
+    batch["response_mask"] = torch.tensor([[1.0, 1.0, 1.0]])  # the third was sampled, its turn unrecorded
+    with pytest.raises(StaleBatchError, match=r"1 sampled tokens of this batch carry no weights version"):
+        checked_staleness(batch, version=5, max_staleness=1)

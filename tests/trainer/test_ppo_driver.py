@@ -143,9 +143,13 @@ def test_a_non_finite_loss_raised_in_a_ray_worker_stops_the_run_as_diverged(tiny
         trainer.update_role("actor", "update_actor", batch=None)  # one rank: the batch is passed as is
 
 
-@pytest.mark.parametrize("max_staleness", [0, 1])
+@pytest.mark.parametrize(
+    ("max_staleness", "correction"),
+    [(0, {}), (1, {}), (1, {"algorithm.is_mode": "reject", "algorithm.is_level": "sequence"})],
+    ids=["on_policy", "ahead_truncated", "ahead_rejected_by_sequence"],
+)
 def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itself(
-    search_world, tmp_path, monkeypatch, max_staleness
+    search_world, tmp_path, monkeypatch, max_staleness, correction
 ):
     trained = []  # (the step's version, the versions of the tokens it trains on)
     learn = PPOTrainer.learn
@@ -158,6 +162,7 @@ def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itsel
     monkeypatch.setattr(PPOTrainer, "learn", spy)
     run_dir = tmp_path / f"stale{max_staleness}"
     grpo = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "trainer.max_staleness": max_staleness}
+    grpo |= correction
     run("grpo", search_world.overrides(run_dir, steps=3, **grpo), in_process=True)
     assert [step for step, _, _ in trained] == [0, 1, 2]
     for step, versions, off_policy in trained:
@@ -170,3 +175,6 @@ def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itsel
     rows = read_metrics(run_dir)
     assert [r["off_policy/staleness_max"] for r in rows] == expected
     assert all(("off_policy/ess" in r) == (max_staleness > 0) for r in rows)
+    if correction:  # rejection is reported; what it rejects depends on how far the weights moved
+        for r in rows:  # the reject mode ran, not the truncation
+            assert 0 <= r["off_policy/is_rejected_frac"] <= 1 and r["off_policy/is_truncated_frac"] == 0
