@@ -40,12 +40,30 @@ from agentrl.config.schema import ToolErrorPolicy
 from agentrl.tools.base import ToolContractError, ToolResult, ToolTimeout
 from agentrl.tools.rules import Claims
 from agentrl.tools.sessions import SessionTable
-from agentrl.tools.spec import argument_errors
+from agentrl.tools.spec import ToolSpec, argument_errors
 from agentrl.tools.typed import TypedTool, as_typed, within_deadline
 
-__all__ = ["TOOL_ERROR_POLICIES", "ToolContractError", "ToolDispatcher", "ToolOutcome", "ToolTimeout"]
+__all__ = [
+    "TOOL_ERROR_POLICIES",
+    "ToolContractError",
+    "ToolDispatcher",
+    "ToolOutcome",
+    "ToolTimeout",
+    "refused_call",
+]
 
 TOOL_ERROR_POLICIES: tuple[str, ...] = get_args(ToolErrorPolicy)
+
+
+def refused_call(specs: Mapping[str, ToolSpec], name: str, arguments: Any) -> tuple[str, str] | None:
+    """Why a call of ``name`` must not run, as (reason, error text): ``unknown_tool``, or ``schema``
+    for arguments off the tool's schema; None when it may run. The one rule the dispatcher and the
+    endpoint (which reads an agent's calls as the built-in loop would) apply."""
+    spec = specs.get(name)
+    if spec is None:
+        return "unknown_tool", f"unknown tool {name!r}; tools: {sorted(specs)}"
+    problem = argument_errors(spec, arguments)
+    return None if problem is None else ("schema", problem)
 
 
 @dataclass(frozen=True)
@@ -94,11 +112,8 @@ class ToolDispatcher:
 
     def check(self, name: str, arguments: Any) -> ToolOutcome | None:
         """The outcome of a call that must not run (unknown tool, arguments off the schema), else None."""
-        tool = self.tools.get(name)
-        if tool is None:
-            return ToolOutcome(None, f"unknown tool {name!r}; tools: {sorted(self.tools)}", "unknown_tool")
-        problem = argument_errors(tool.spec, arguments)
-        return None if problem is None else ToolOutcome(None, problem, "schema")
+        refused = refused_call({n: t.spec for n, t in self.tools.items()}, name, arguments)
+        return None if refused is None else ToolOutcome(None, refused[1], refused[0])
 
     def tool_for_tag(self, tag: str) -> TypedTool:
         """The tool a tag calls (the tags format)."""

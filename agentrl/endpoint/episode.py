@@ -36,11 +36,12 @@ loop's name for a call that named no tool).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentrl.agent.formats.base import ToolMessage, TurnParse
+from agentrl.agent.formats.base import ParsedCall, ToolMessage, TurnParse
 from agentrl.agent.observations import Observation
+from agentrl.agent.tool_dispatch import refused_call
 from agentrl.agent.trajectory import CallRecord, PromptSpec, Segment, Trajectory
 from agentrl.endpoint.messages import EpisodeError, normalise, same
 from agentrl.engines.base import GenerationResult
@@ -71,6 +72,7 @@ class _Sent:
     call_status: dict[str, str] = field(default_factory=dict)  # tool_call id → ok | invalid/<reason>
     turn: int = 0
     turn_closed: bool = True
+    calls_logged: bool = False  # the calls the tool messages answer are in the trajectory's log
 
 
 @dataclass
@@ -123,8 +125,8 @@ class Episode:
 
     def prompt_for(self, messages: Any) -> Pending:
         """The request read (module docstring); raises ``EpisodeError`` when it cannot be taken or
-        leaves no room to sample (then the trajectory is marked truncated, as the built-in loop
-        marks it, and nothing else changes)."""
+        leaves no room to sample (then the trajectory is marked truncated and the calls its tool
+        messages answer are logged, as the built-in loop does, and nothing else changes)."""
         if self.closed:
             raise EpisodeError(f"episode {self.uid!r} is closed", status=410, code="episode_closed")
         if self.over:
@@ -151,7 +153,8 @@ class Episode:
             max_obs_length=self.budget.max_obs_length,
         )
         held = self._room(len(traj.prompt_ids), len(traj.response_ids))
-        if len(obs.ids) >= held[0]:
+        if len(obs.ids) >= held[0]:  # the built-in loop ends here too, its calls logged unobserved
+            self._log_calls(traj, sent, extension, observed=False)
             self._refuse(f"the tool messages' {len(obs.ids)} tokens leave the next turn no room", held[1])
         contents = obs.contents or tuple(m.content for _, m in extension)
         conversation = self.conversation + [
@@ -243,6 +246,7 @@ class Episode:
         canonical = self.format.assistant_message(text, parse)
         self.conversation.append(canonical)
         over_budget = self._count(parse, traj, result.finish_reason, cap_binding)
+        parse = self._refuse_calls(parse, traj)
         if pending.final or over_budget:
             self.over = True
         elif parse.answer is None:
@@ -265,18 +269,30 @@ class Episode:
                 traj.truncation.observations_cut += 1
                 traj.truncation.observation_tokens_cut += obs.tokens_cut
             traj.append(obs.ids, Segment.OBSERVATION)
-            for call_id, m in pending.results:
-                status = sent.call_status.get(call_id)
-                if status == "ok":
-                    traj.tool_calls[m.name] = traj.tool_calls.get(m.name, 0) + 1
-                    traj.tool_outputs.append((m.name, m.content))
-                if status is not None:  # a message answering no call of the turn (a hint) logs no call
-                    name, arguments = sent.call_names[call_id], sent.call_arguments.get(call_id)
-                    traj.calls.append(CallRecord(sent.turn, name, arguments, status, m.content))
+            self._log_calls(traj, sent, pending.results, observed=True)
         if pending.step:
             traj.begin_step(pending.ids, "history_rewritten")
         self.conversation = list(pending.conversation)
         return traj
+
+    @staticmethod
+    def _log_calls(
+        traj: Trajectory, sent: _Sent, results: list[tuple[str, ToolMessage]], observed: bool
+    ) -> None:
+        """The calls ``results`` answer, in the trajectory's log and counts once, as the built-in loop
+        keeps them: a call that ran counts for its tool, and its output is kept when it was observed."""
+        if sent.calls_logged:  # a request retried after a refusal brings the same results again
+            return
+        sent.calls_logged = True
+        for call_id, m in results:
+            status = sent.call_status.get(call_id)
+            if status == "ok":
+                traj.tool_calls[m.name] = traj.tool_calls.get(m.name, 0) + 1
+                if observed:
+                    traj.tool_outputs.append((m.name, m.content))
+            if status is not None:  # a message answering no call of the turn (a hint) logs no call
+                name, arguments = sent.call_names[call_id], sent.call_arguments.get(call_id)
+                traj.calls.append(CallRecord(sent.turn, name, arguments, status, m.content))
 
     def _sent(
         self, messages: list[dict[str, Any]], message: dict[str, Any], turn: int, closed: bool
@@ -328,6 +344,22 @@ class Episode:
                 for k, c in bad
             ]
         return message
+
+    def _refuse_calls(self, parse: TurnParse, traj: Trajectory) -> TurnParse:
+        """The turn's well-formed calls that must not run (an unknown tool, arguments off its schema)
+        marked malformed with the error the built-in loop's dispatcher gives, and counted as it
+        counts them, so the agent is told as the policy would be (``invalid_calls``)."""
+        specs = getattr(self.format, "specs", ())
+        by_name = specs if isinstance(specs, dict) else {spec.name: spec for spec in specs}
+        calls = []
+        for call in parse.calls:
+            refused = None if call.error is not None else refused_call(by_name, call.name, call.arguments)  # type: ignore[arg-type]
+            if refused is not None:
+                reason, detail = refused
+                traj.tool_calls_invalid[reason] = traj.tool_calls_invalid.get(reason, 0) + 1
+                call = ParsedCall(call.name, call.arguments, reason, detail)  # type: ignore[arg-type]
+            calls.append(call)
+        return replace(parse, calls=tuple(calls)) if calls != list(parse.calls) else parse
 
     def _count(self, parse: TurnParse, traj: Trajectory, finish: str, cap_binding: bool) -> bool:
         """The turn's counts, as the built-in loop keeps them; whether it ran out of budget."""

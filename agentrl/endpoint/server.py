@@ -205,7 +205,10 @@ class ChatEndpoint:
                     turn = episode.trajectory.num_turns if episode.trajectory is not None else 0
                     params = replace(params, seed=derive_seed(seed, turn))
                 result = await self.engine.generate(pending.ids, params)
-                cap_binding = min(self.base.max_new_tokens, chat.max_tokens or pending.room) <= pending.room
+                # the turn's own cap (the run's, or the agent's lower max_tokens) set it, not the budget
+                cap_binding = (
+                    min(self.base.max_new_tokens, chat.max_tokens or self.base.max_new_tokens) <= pending.room
+                )
                 message, _ = episode.record(pending, chat.messages, result, cap_binding, self.weights.value)
         finally:
             handlers.discard(task)  # type: ignore[arg-type]

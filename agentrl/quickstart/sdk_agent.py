@@ -4,10 +4,12 @@
 trains through the endpoint (``agentrl/endpoint/agents.py``): it sends the conversation,
 keeps each reply as it came, runs the calls with the run's tools (``task.tools``; a real agent
 may call its own services instead) and sends their results back as tool messages, in call
-order; a call the endpoint could not read (``invalid_calls``) and a turn that neither called
-nor answered (``invalid_turn``) are answered with the message the endpoint gives, as the
-built-in loop answers them. It stops at its first turn without a call: it returns that turn's
-text when it holds an ``<answer>`` (the trajectory's answer is its body), else None; the
+order; a call the endpoint could not read or run (``invalid_calls``: malformed, an unknown
+tool, arguments off the schema) and a turn that neither called nor answered (``invalid_turn``)
+are answered with the message the endpoint gives, as the built-in loop answers them. It stops
+at its first turn without a call: it returns that turn's text when it holds a whole
+``<answer>…</answer>`` (the trajectory's answer is its body; one cut before its closing tag is
+no answer, as in the built-in loop), else None; the
 endpoint ends the episode after its final turn (``actor.rollout.max_turns``) as the built-in
 loop does, so this agent's trajectories are the built-in loop's.
 """
@@ -48,7 +50,8 @@ async def run(task: Any, client: Any) -> str | None:
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": answers[call_id]})
         elif extra.get("invalid_turn"):
             messages.append({"role": "tool", "content": extra["invalid_turn"]["message"]})
-        else:  # a turn that neither called nor was told to go on: its answer, if it wrote one
+        else:  # a turn that neither called nor was told to go on: its answer, if it wrote one whole
             content = message.content or ""
-            return content if "<answer>" in content else None
+            opened = content.find("<answer>")
+            return content if opened >= 0 and "</answer>" in content[opened:] else None
     return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from support.dialects import Dialect
 from support.scripted_engine import ScriptedEngine, assert_rollout_invariants
 from support.tool_conversations import SPECS, call_block
@@ -183,6 +184,65 @@ def test_past_max_turns_the_final_turn_ends_the_episode_as_in_the_built_in_loop(
         expected.finished,
     )
     assert got.tool_calls_invalid == {"no_action": 1} and got.answer is None
+
+
+SECOND_TURNS = {  # what the policy writes once it has read the search's results
+    "ramble": "I think " * 200,  # never closes anything: the response budget cuts it
+    "unclosed_answer": "<answer> Paris " + "and more " * 200,
+    "answer_cut_by_budget": "<answer> " + "Paris " * 60 + "</answer>",
+    "call_off_schema": '<tool_call>\n{"name": "search", "arguments": {"q": 1}}\n</tool_call>',
+    "unknown_tool": call_block("weather", {"city": "Paris"}),
+}
+
+
+@pytest.mark.parametrize(
+    ("second", "budget"),
+    [
+        ("ramble", 200),
+        ("unclosed_answer", 200),
+        ("answer_cut_by_budget", 120),
+        ("call_off_schema", 300),
+        ("unknown_tool", 300),
+    ],
+)
+def test_an_episode_ending_at_the_budget_or_calling_what_cannot_run_is_counted_as_the_built_in_loop_counts_it(
+    tokenizer, second, budget
+):
+    # 200 response tokens: the search and its observation leave less than the 128 a turn may take,
+    # so a long second turn ends at the budget, not at its own cap
+    def policy(context: str) -> str:
+        if Dialect("hermes").results_seen(context):
+            return SECOND_TURNS[second]
+        return call_block("search", {"query": "capital of France"})
+
+    lengths = {**LENGTHS, "max_response_length": budget}
+    tools = [Lookup(s) for s in SPECS]
+    agents = AgentRollout(
+        ScriptedEngine(tokenizer, policy),
+        tokenizer,
+        CONFIG,
+        "agentrl.quickstart.sdk_agent:run",
+        tools=tools,
+        **lengths,
+    )
+    (got,) = agents.run(prompts(tokenizer, 1), rollout_sampling(CONFIG, seed=5)).trajectories
+    manager = LLMGenerationManager(
+        ScriptedEngine(tokenizer, policy), tokenizer, CONFIG, tools=tools, **lengths
+    )
+    (expected,) = manager.run(prompts(tokenizer, 1), rollout_sampling(CONFIG, seed=5)).trajectories
+    assert (got.response_ids, got.segments) == (expected.response_ids, expected.segments)
+    fields = ("truncation", "finished", "answer", "tool_calls", "tool_calls_invalid", "num_valid_actions")
+    assert {f: getattr(got, f) for f in fields} == {f: getattr(expected, f) for f in fields}
+    assert [(c.turn, c.name, c.status) for c in got.calls] == [
+        (c.turn, c.name, c.status) for c in expected.calls
+    ]
+    if second == "ramble":
+        assert expected.truncation.response_budget and expected.truncation.turn_budget_hits == 0
+    if second in ("unclosed_answer", "answer_cut_by_budget"):
+        assert not expected.finished and expected.answer is None
+    if second in ("call_off_schema", "unknown_tool"):
+        reason = "schema" if second == "call_off_schema" else "unknown_tool"
+        assert expected.tool_calls_invalid.get(reason, 0) >= 1
 
 
 class FailsOnce(ScriptedEngine):
