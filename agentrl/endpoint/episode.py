@@ -311,13 +311,16 @@ class Episode:
     ) -> dict[str, Any]:
         """The assistant message for the agent: the turn's content as the rollout holds it, its
         well-formed calls as ``tool_calls`` (ids ``call_<turn>_<k>``, k the call's place in the
-        turn), and two fields the API does not have, for an agent that answers as the built-in
-        loop does: ``invalid_calls`` (each malformed call's id, name, reason and the error
-        message the built-in loop sends) and, where the episode goes on, ``invalid_turn`` (a
-        turn that neither called nor answered: the built-in loop's hint). Tool messages answer
-        both by id, in call order."""
+        turn), and fields the API does not have, for an agent that acts as the built-in loop
+        does: ``invalid_calls`` (each call that cannot run, malformed or refused: its id, name,
+        reason and the error message the built-in loop sends), ``answer`` (the body of the
+        turn's ``<answer>`` as the built-in loop reads it, in a turn that calls nothing) and,
+        where the episode goes on, ``invalid_turn`` (a turn that neither called nor answered: the
+        built-in loop's hint). Tool messages answer calls and hints by id, in call order."""
         message: dict[str, Any] = {"role": "assistant", "content": canonical["content"]}
         if not parse.calls:
+            if parse.answer is not None:  # the answer as the built-in loop reads the turn
+                message["answer"] = parse.answer
             if hint and parse.answer is None and parse.invalid is not None:
                 note = self.format.invalid_turn_message(parse)
                 message["invalid_turn"] = {"reason": parse.invalid, "message": note.content}

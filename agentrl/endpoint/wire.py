@@ -143,7 +143,7 @@ def _wire_message(message: dict[str, Any]) -> dict[str, Any]:
         ]
     elif out["content"] is None:
         out["content"] = ""
-    for extra in ("invalid_calls", "invalid_turn"):  # ours, beside the API's fields (episode.reply)
+    for extra in ("invalid_calls", "invalid_turn", "answer"):  # ours, beside the API's fields (episode.reply)
         if extra in message:
             out[extra] = message[extra]
     return out

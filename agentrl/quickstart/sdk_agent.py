@@ -7,9 +7,9 @@ may call its own services instead) and sends their results back as tool messages
 order; a call the endpoint could not read or run (``invalid_calls``: malformed, an unknown
 tool, arguments off the schema) and a turn that neither called nor answered (``invalid_turn``)
 are answered with the message the endpoint gives, as the built-in loop answers them. It stops
-at its first turn without a call: it returns that turn's text when it holds a whole
-``<answer>…</answer>`` (the trajectory's answer is its body; one cut before its closing tag is
-no answer, as in the built-in loop), else None; the
+at its first turn without a call: it returns the turn's answer as the endpoint read it (the
+``answer`` field: the body of a whole ``<answer>…</answer>`` as the built-in loop reads it; one
+cut before its closing tag is none), else None; the
 endpoint ends the episode after its final turn (``actor.rollout.max_turns``) as the built-in
 loop does, so this agent's trajectories are the built-in loop's.
 """
@@ -50,8 +50,7 @@ async def run(task: Any, client: Any) -> str | None:
                 messages.append({"role": "tool", "tool_call_id": call_id, "content": answers[call_id]})
         elif extra.get("invalid_turn"):
             messages.append({"role": "tool", "content": extra["invalid_turn"]["message"]})
-        else:  # a turn that neither called nor was told to go on: its answer, if it wrote one whole
-            content = message.content or ""
-            opened = content.find("<answer>")
-            return content if opened >= 0 and "</answer>" in content[opened:] else None
+        else:  # a turn that neither called nor was told to go on: its answer, as the loop reads it
+            answer = extra.get("answer")
+            return None if answer is None else f"<answer>{answer}</answer>"
     return None

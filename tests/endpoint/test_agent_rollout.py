@@ -192,6 +192,10 @@ SECOND_TURNS = {  # what the policy writes once it has read the search's results
     "answer_cut_by_budget": "<answer> " + "Paris " * 60 + "</answer>",
     "call_off_schema": '<tool_call>\n{"name": "search", "arguments": {"q": 1}}\n</tool_call>',
     "unknown_tool": call_block("weather", {"city": "Paris"}),
+    "two_answers": "<answer> Paris </answer><answer> Lyon </answer>",
+    "answer_inside_thinking": "<think> maybe <answer> Lyon </answer> </think> no answer",
+    "call_then_answer": call_block("search", {"query": "x"}) + "<answer> Paris </answer>",
+    "answer_then_ramble_to_the_cap": "<answer> Paris </answer>" + " blah" * 300,
 }
 
 
@@ -203,6 +207,10 @@ SECOND_TURNS = {  # what the policy writes once it has read the search's results
         ("answer_cut_by_budget", 120),
         ("call_off_schema", 300),
         ("unknown_tool", 300),
+        ("two_answers", 512),
+        ("answer_inside_thinking", 512),
+        ("call_then_answer", 512),
+        ("answer_then_ramble_to_the_cap", 512),
     ],
 )
 def test_an_episode_ending_at_the_budget_or_calling_what_cannot_run_is_counted_as_the_built_in_loop_counts_it(
