@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agentrl.agent.generation import RolloutResult
-from agentrl.agent.trajectory import Segment, Trajectory
+from agentrl.agent.trajectory import Trajectory
 from agentrl.config import load_config
 from agentrl.core.batch import Batch
 from agentrl.core.masked import masked_mean
@@ -86,7 +86,8 @@ def sampled_rollout(trainer: PPOTrainer) -> RolloutResult:
             traj = Trajectory(prompt=prompt, group_id=f"g{number}", uid=f"{number}-{k}")
             length = 4 + 2 * k + number
             ids = torch.randint(3, vocab, (length,), generator=generator).tolist()
-            traj.append(ids, Segment.MODEL, (-torch.rand(length, generator=generator) * 3).tolist())
+            # one sampled turn, by the weights of the step that trains it (version 0)
+            traj.add_turn(ids, (-torch.rand(length, generator=generator) * 3).tolist(), "stop", version=0)
             trajectories.append(traj)
     return RolloutResult(trajectories, {})
 
