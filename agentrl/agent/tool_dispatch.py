@@ -101,6 +101,7 @@ class ToolDispatcher:
                     f"{clash.holder.label} and {typed.label} share the {clash.kind} {clash.value!r}"
                 )
             self.tools[typed.name] = self._by_tag[typed.tag] = typed
+        self._specs = {name: tool.spec for name, tool in self.tools.items()}  # what check reads, per call
         self.policy = policy
         self.sessions = SessionTable()
         self._pending: dict[str, list[tuple[dict[str, Any], asyncio.Future[ToolOutcome]]]] = defaultdict(list)
@@ -112,7 +113,7 @@ class ToolDispatcher:
 
     def check(self, name: str, arguments: Any) -> ToolOutcome | None:
         """The outcome of a call that must not run (unknown tool, arguments off the schema), else None."""
-        refused = refused_call({n: t.spec for n, t in self.tools.items()}, name, arguments)
+        refused = refused_call(self._specs, name, arguments)
         return None if refused is None else ToolOutcome(None, refused[1], refused[0])
 
     def tool_for_tag(self, tag: str) -> TypedTool:

@@ -111,6 +111,8 @@ class Episode:
         task: dict[str, Any] | None = None,
     ) -> None:
         self.format, self.tokenizer, self.budget = fmt, tokenizer, budget
+        specs = getattr(fmt, "specs", ())  # the run's tools, by name: what a call is checked against
+        self.specs = specs if isinstance(specs, dict) else {spec.name: spec for spec in specs}
         self.uid, self.group_id = uid, group_id
         self.task = dict(task or {})
         self.trajectory: Trajectory | None = None
@@ -352,11 +354,9 @@ class Episode:
         """The turn's well-formed calls that must not run (an unknown tool, arguments off its schema)
         marked malformed with the error the built-in loop's dispatcher gives, and counted as it
         counts them, so the agent is told as the policy would be (``invalid_calls``)."""
-        specs = getattr(self.format, "specs", ())
-        by_name = specs if isinstance(specs, dict) else {spec.name: spec for spec in specs}
         calls = []
         for call in parse.calls:
-            refused = None if call.error is not None else refused_call(by_name, call.name, call.arguments)  # type: ignore[arg-type]
+            refused = None if call.error is not None else refused_call(self.specs, call.name, call.arguments)  # type: ignore[arg-type]
             if refused is not None:
                 reason, detail = refused
                 traj.tool_calls_invalid[reason] = traj.tool_calls_invalid.get(reason, 0) + 1

@@ -14,7 +14,6 @@ class RolloutAhead:
     the step before (its weights one update stale)."""
 
     pending: Pending
-    weights_version: int  # updates the engine's weights had when it was submitted
     loader_state: dict  # the loader before its prompts were drawn: a checkpoint resumes there
     _result: RolloutResult | None = None
 

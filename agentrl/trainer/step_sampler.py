@@ -112,7 +112,7 @@ class StepSampler:
         pending = self.roles.actor.submit_chunks(
             "generate_sequences", prompts, n, seed, False, weights_version=weights_version
         )
-        return RolloutAhead(pending, weights_version, loader_state)
+        return RolloutAhead(pending, loader_state)
 
     def generate(
         self, prompts: list, step: int, validate: bool = False, round_index: int = 0
