@@ -70,8 +70,9 @@ class PolicyWorker(RoleWorker, ModelWorker):
         self.model.eval()
         update = self.actor.update
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
+        batch = self.on_device(batch)
         with self.compute():
-            return no_grad_over_micro_batches(
+            log_probs = no_grad_over_micro_batches(
                 lambda mb: policy_forward(
                     self.model,
                     mb,
@@ -84,6 +85,7 @@ class PolicyWorker(RoleWorker, ModelWorker):
                 max_tokens,
                 packed=update.pack_sequences,
             )
+        return log_probs.cpu()
 
     def compute_ref_log_prob(self, batch: Batch) -> torch.Tensor:
         """log π_ref of every response token with the LoRA adapters disabled: the starting policy,

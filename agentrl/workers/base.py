@@ -225,6 +225,11 @@ class ModelWorker(Worker):
             # already held in the compute dtype (a frozen reference) need no casting.
             shard_model(self.model, compute_dtype if weights == torch.float32 else torch.float32, cpu_offload)
 
+    def on_device(self, batch: Batch) -> Batch:
+        """``batch`` where this worker computes: the driver sends CPU tensors, and a worker on a GPU
+        must move them to its device before a forward (results go back to the driver on the CPU)."""
+        return batch if self.device.type == "cpu" else batch.to(self.device)
+
     def compute(self) -> contextlib.AbstractContextManager:
         """The context forward passes run in: autocast to the compute dtype for fp32 dp weights."""
         fp32_weights = next(self.model.parameters()).dtype == torch.float32
@@ -263,6 +268,7 @@ class TrainableWorker(ModelWorker):
         The loss's metrics come back as ``<metric_prefix>/<name>``, means over micro-batches,
         except a name that carries its own prefix (``rollout/logprob_diff``), kept as it is.
         """
+        batch = self.on_device(batch)
         local_mini = max(1, update.mini_batch_size // self.world_size)
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
         history: dict[str, list[float]] = defaultdict(list)

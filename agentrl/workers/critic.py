@@ -39,14 +39,16 @@ class CriticWorker(RoleWorker, TrainableWorker):
         self.model.eval()
         update = self.critic.update
         max_tokens = update.max_tokens_per_micro_batch if update.use_dynamic_bsz else None
+        batch = self.on_device(batch)
         with self.compute():
-            return no_grad_over_micro_batches(
+            values = no_grad_over_micro_batches(
                 lambda mb: value_forward(self.model, mb, packed=update.pack_sequences),
                 batch,
                 update.micro_batch_size,
                 max_tokens,
                 packed=update.pack_sequences,
             )
+        return values.cpu()
 
     def _critic_loss(self, micro: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         with self.compute():
