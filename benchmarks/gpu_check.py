@@ -264,12 +264,23 @@ def sample(engine: Any, shape: Shape, temperature: float) -> tuple[list[list[int
     return prompts, results, time.perf_counter() - start
 
 
+def forward_seconds(engine: Any) -> dict[str, float]:
+    """Seconds the engine's forwards (and their sampling) took so far, by kind (prefill, decode)."""
+    totals: dict[str, float] = {}
+    for (kind, _rows), tally in engine.stats.forwards.items():
+        totals[kind] = totals.get(kind, 0.0) + tally.seconds
+    return totals
+
+
 def check_engine(check: Check, worker: Any, shape: Shape) -> None:
     from agentrl.agent.collate import collate
     from agentrl.agent.trajectory import PromptSpec, Segment, Trajectory
 
     engine = worker.engine_link.engine
+    _, _, first_seconds = sample(engine, shape, worker.temperature)  # the first pays for warm-up
+    before = forward_seconds(engine)
     prompts, results, seconds = sample(engine, shape, worker.temperature)
+    spent = {kind: round(s - before.get(kind, 0.0), 3) for kind, s in forward_seconds(engine).items()}
     trajectories = []
     for i, (prompt, result) in enumerate(zip(prompts, results, strict=True)):
         trajectory = Trajectory(prompt=PromptSpec(prompt), group_id=f"g{i}", uid=str(i))
@@ -285,6 +296,9 @@ def check_engine(check: Check, worker: Any, shape: Shape) -> None:
         "max_abs_diff": round(float(gap.max()), 4),
         "sampled_tokens": sampled,
         "generation_tokens_per_s": round(sampled / seconds),
+        "first_run_tokens_per_s": round(sampled / first_seconds),
+        "forward_s_by_kind": spent,
+        "wall_s": round(seconds, 3),
         "engine_weights": str(next(engine.model.parameters()).dtype),
     }
     ok = float(gap.mean()) <= LOGPROB_TOLERANCE["mean"] and float(gap.max()) <= LOGPROB_TOLERANCE["max"]
@@ -399,7 +413,8 @@ def check_weight_stream(check: Check, worker: Any, memory: Memory) -> None:
         "whole_state_dict_peak_above_mib": mib(whole["peak"]),
     }
     if memory.cuda:
-        check.figures["whole_over_stream_peak"] = round(whole["peak"] / max(streamed["peak"], 1), 2)
+        if streamed["peak"]:  # on one rank the stream's tensors are the shards themselves: nothing new
+            check.figures["whole_over_stream_peak"] = round(whole["peak"] / streamed["peak"], 2)
         verdict(
             check, streamed["peak"] <= bound, "peak above the held weights <= one bucket (or largest tensor)"
         )

@@ -134,6 +134,7 @@ def pack_sequences(batch: Batch, row_capacity: int | None = None) -> PackedInput
     capacity = sum(lengths) if row_capacity is None else max(row_capacity, max(lengths))
     groups = pack_rows(lengths, capacity)
     input_ids = batch["input_ids"].new_zeros((len(groups), capacity))
+    device = input_ids.device  # the batch's: the indices below must live beside what they index
     position_ids = torch.zeros_like(input_ids)
     starts = [0] * len(lengths)  # each sequence's first token in the flattened packed rows
     for r, members in enumerate(groups):
@@ -141,16 +142,17 @@ def pack_sequences(batch: Batch, row_capacity: int | None = None) -> PackedInput
         for i in members:
             length = lengths[i]
             input_ids[r, offset : offset + length] = batch["input_ids"][i][attention[i]]
-            position_ids[r, offset : offset + length] = torch.arange(length)
+            position_ids[r, offset : offset + length] = torch.arange(length, device=device)
             starts[i] = r * capacity + offset
             offset += length
-        position_ids[r, offset:] = torch.arange(capacity - offset)  # the tail: padding, on its own
+        # the tail: padding, a sequence on its own
+        position_ids[r, offset:] = torch.arange(capacity - offset, device=device)
     within = attention.long().cumsum(dim=1) - 1  # each attended token's place in its sequence
     rows, columns = torch.nonzero(attention[:, total - width :], as_tuple=True)
     place = within[:, total - width :][rows, columns]
     if bool((place < 1).any()):
         raise ValueError("packing needs at least one attended prompt token before each row's response")
-    sources = torch.tensor(starts, dtype=torch.long)[rows] + place - 1
+    sources = torch.tensor(starts, dtype=torch.long, device=device)[rows] + place - 1
     index = ResponseIndex(sources, rows, columns, batch["responses"][rows, columns], (len(lengths), width))
     return PackedInputs(input_ids, position_ids, index, starts)
 

@@ -41,6 +41,8 @@ from torch.distributed.fsdp import (
 )
 from torch.distributed.tensor import DTensor
 
+from agentrl.models.update import sum_over_ranks
+
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
     """The transformer blocks of ``model``: modules whose class the model marks as not to be
@@ -84,9 +86,7 @@ class ShardedSync:
     (reduce-scattered) by FSDP during backward."""
 
     def total(self, value: float) -> float:
-        tensor = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return float(tensor)
+        return sum_over_ranks(value)
 
     def sum_gradients(self, model: nn.Module) -> None:
         return None

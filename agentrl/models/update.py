@@ -60,6 +60,16 @@ class SingleProcess:
         return None
 
 
+def sum_over_ranks(value: float) -> float:
+    """``value`` summed over the default group's ranks, in a tensor where its backend reduces:
+    NCCL only reduces CUDA tensors (a CPU one fails with "No backend type associated with device
+    type cpu"), gloo CPU ones."""
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return float(tensor)
+
+
 class ProcessGroupSync:
     """The default torch.distributed process group; gradients are summed in flat buckets
     (one collective per ~``bucket_mb`` MiB instead of one per parameter)."""
@@ -68,9 +78,7 @@ class ProcessGroupSync:
         self.bucket_bytes = int(bucket_mb * 2**20)
 
     def total(self, value: float) -> float:
-        tensor = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return float(tensor)
+        return sum_over_ranks(value)
 
     def sum_gradients(self, model: torch.nn.Module) -> None:
         grads = [p.grad for p in model.parameters() if p.grad is not None]
