@@ -83,7 +83,9 @@ SHAPES = {
 }
 # |engine - trainer| log-prob over the sampled tokens when both compute in bf16
 LOGPROB_TOLERANCE = {"mean": 0.02, "max": 0.5}
-PACKING_TOLERANCE = 1e-2  # max |packed - padded| log-prob (bf16 kernels differ by layout)
+# max |packed - padded| log-prob in fp32; in bf16 the two layouts' kernels round differently (the
+# first H200 run: max 0.024), so the layouts' equality is checked in fp32 and bf16 only reported
+PACKING_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -326,8 +328,10 @@ def check_logprob_memory(check: Check, worker: Any, shape: Shape, memory: Memory
     from agentrl.models.forward import policy_forward
 
     batch = worker.on_device(long_batch(shape))
-    peaks, seconds = {}, {}
-    for name, chunk in (("chunked", 1024), ("full", None)):
+    peaks: dict[str, int | None] = {}
+    seconds: dict[str, float] = {}
+    # alternated, the second round reported: the first pass of a shape pays for the kernels' warm-up
+    for name, chunk in (("chunked", 1024), ("full", None)) * 2:
         worker.model.zero_grad(set_to_none=True)
         with memory.peak_above() as peak:
             start = time.perf_counter()
@@ -339,7 +343,7 @@ def check_logprob_memory(check: Check, worker: Any, shape: Shape, memory: Memory
                 torch.cuda.synchronize()
             seconds[name] = round(time.perf_counter() - start, 3)
         worker.model.zero_grad(set_to_none=True)
-        peaks[name] = peak["peak"]
+        peaks[name] = peak["peak"] if peaks.get(name) is None else max(peaks[name], peak["peak"])
     check.figures |= {
         "tokens": shape.logprob_tokens,
         "chunked_peak_mib": mib(peaks["chunked"]),
@@ -355,6 +359,8 @@ def check_logprob_memory(check: Check, worker: Any, shape: Shape, memory: Memory
 
 
 def check_packing(check: Check, worker: Any, shape: Shape) -> None:
+    """Packed against padded micro-batches: equal log-probs in fp32 (the layout computes the same
+    thing), real tokens/s of a forward and backward in the run's bf16 (alternated, second round)."""
     from agentrl.models.attention import use_varlen_attention
     from agentrl.models.forward import policy_forward
     from agentrl.workers.synthetic import ppo_batch
@@ -362,8 +368,14 @@ def check_packing(check: Check, worker: Any, shape: Shape) -> None:
     use_varlen_attention(worker.model)
     batch = worker.on_device(ppo_batch(shape.vocab, rows=shape.rows, scale=shape.scale, seed=5))
     tokens = int(batch["attention_mask"].sum())
+    mask = batch["response_mask"].bool()
+    with torch.no_grad():  # fp32: no autocast, so the two layouts may differ by fp32 rounding only
+        exact = {
+            packed: policy_forward(worker.model, batch, 1.0, packed=packed)[0] for packed in (False, True)
+        }
+    gap = float((exact[True] - exact[False]).abs()[mask].max())
     rates, results = {}, {}
-    for packed in (False, True, False, True):  # alternated: the second round is the one reported
+    for packed in (False, True, False, True):
         start = time.perf_counter()
         with worker.compute():
             log_probs, _ = policy_forward(worker.model, batch, 1.0, packed=packed)
@@ -373,19 +385,22 @@ def check_packing(check: Check, worker: Any, shape: Shape) -> None:
             torch.cuda.synchronize()
         rates[packed] = tokens / (time.perf_counter() - start)
         results[packed] = log_probs.detach()
-    mask = batch["response_mask"].bool()
-    gap = float((results[True] - results[False]).abs()[mask].max())
-    padded = int(batch["attention_mask"].numel())
+    bf16_gap = (results[True] - results[False]).abs()[mask]
     check.figures |= {
         "real_tokens": tokens,
-        "padded_tokens": padded,
+        "padded_tokens": int(batch["attention_mask"].numel()),
         "packed_tokens_per_s": round(rates[True]),
         "padded_tokens_per_s": round(rates[False]),
         "packed_over_padded": round(rates[True] / rates[False], 2),
-        "max_abs_diff": round(gap, 5),
+        "fp32_max_abs_diff": round(gap, 6),
+        "bf16_mean_abs_diff": round(float(bf16_gap.mean()), 5),
+        "bf16_max_abs_diff": round(float(bf16_gap.max()), 4),
+        "attention": str(worker.model.config._attn_implementation),
     }
     verdict(
-        check, gap <= PACKING_TOLERANCE, f"packed log-probs equal padded (max |Δ| <= {PACKING_TOLERANCE})"
+        check,
+        gap <= PACKING_TOLERANCE,
+        f"packed log-probs equal padded in fp32 (max |Δ| <= {PACKING_TOLERANCE})",
     )
 
 
