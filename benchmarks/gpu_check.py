@@ -524,11 +524,19 @@ def markdown(info: dict[str, Any], checks: list[Check], shape: Shape) -> str:
     ]
     for c in checks:
         figures = ", ".join(f"{k} {v}" for k, v in c.figures.items())
-        lines.append(f"| {c.name} | {c.status} | {c.criterion} | {figures} |")
+        cells = [c.name, c.status, c.criterion, figures]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     failed = [c for c in checks if c.status == "ERROR"]
     for c in failed:
         lines += ["", f"## {c.name}: error", "", "```", c.detail.strip(), "```"]
     return "\n".join(lines) + "\n"
+
+
+def render(record_path: Path) -> str:
+    """The markdown table of a written JSON record (to redo the table without rerunning)."""
+    record = json.loads(record_path.read_text())
+    checks = [Check(**c) for c in record["checks"]]
+    return markdown(record["environment"], checks, Shape(**record["shape"]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,24 @@ WHEELS: tuple[str, ...] = (
     "referencing==0.37.0",  # jsonschema
     "rpds-py==2026.9.1",  # referencing (compiled: the cp312 manylinux wheel)
 )
+# agentrl's dependencies that the GPU image lacks and the check must run without (Ray, vLLM, the
+# retriever's and the tools' packages): the CPU mode's test makes each unimportable.
+IMAGE_LACKS: tuple[str, ...] = (
+    "ray",
+    "vllm",
+    "faiss",
+    "onnxruntime",
+    "bm25s",
+    "Stemmer",
+    "matplotlib",
+    "mcp",
+    "orjson",
+    "openai",
+    "pandas",
+    "tensorboard",
+    "wandb",
+    "gguf",
+)
 PLATFORM = ["--platform", "manylinux2014_x86_64", "--python-version", "3.12", "--implementation", "cp"]
 
 
