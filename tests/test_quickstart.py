@@ -109,9 +109,8 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
         s.connect(("127.0.0.1", port))
 
     # The trained checkpoint behind `python -m agentrl.serve`, its tools run on the server: plain
-    # HTTP requests get each sample's final turn, its answer and the calls it made (this short
-    # run's policy rarely searches; the calls' path is tested with a scripted policy in
-    # tests/endpoint), and a seeded request is answered the same way twice.
+    # HTTP requests get each sample's final turn, its answer and the calls it made, and a seeded
+    # request is answered the same way twice.
     first, again = _serve_and_ask(out, n=8, times=2)
     assert len(first) == 8 and first == again
     for choice in first:
@@ -120,11 +119,23 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
         assert message["answer"] == (action.content if action.kind == "answer" else None)
         assert all(call["status"] == "ok" and call["result"] for call in message["tool_calls_made"])
 
+    # The skill stage's checkpoint (SFT on the oracle demonstrations), served the same way and asked
+    # one of its training questions greedily: it searches through the server's retriever and answers
+    # after reading the result, all in one plain HTTP request.
+    (choice,) = _serve_and_ask(
+        out, n=1, times=1, temperature=0.0, model=out / "sft_skill", questions="sft_questions.jsonl"
+    )[0]
+    calls, answer = choice["message"]["tool_calls_made"], choice["message"]["answer"]
+    assert calls and all(c["name"] == "search" and c["status"] == "ok" and c["result"] for c in calls)
+    assert answer and answer.strip(), choice["message"]["content"]
 
-def _serve_and_ask(out, n: int, times: int) -> list[list[dict]]:
-    """Serve the run's last checkpoint with its config and a retriever on its index; POST the
-    first test question (its training prompt) with ``n`` seeded samples ``times`` times; each
-    reply's choices."""
+
+def _serve_and_ask(
+    out, n: int, times: int, temperature: float = 1.0, model=None, questions: str = "test.jsonl"
+) -> list[list[dict]]:
+    """Serve ``model`` (default: the run's last checkpoint) with the run's config and a retriever on
+    its index; POST the first question of ``questions`` (its training prompt) with ``n`` seeded
+    samples ``times`` times; each reply's choices."""
     import subprocess
     import sys
     import urllib.request
@@ -132,8 +143,8 @@ def _serve_and_ask(out, n: int, times: int) -> list[list[dict]]:
     from agentrl.ports import free_port
     from retriever.process import RetrieverProcess
 
-    checkpoint = max((out / "ppo" / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))
-    question = json.loads((out / "test.jsonl").read_text().splitlines()[0])
+    checkpoint = model or max((out / "ppo" / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))
+    question = json.loads((out / questions).read_text().splitlines()[0])
     port = free_port("127.0.0.1")
     with RetrieverProcess(out / "index", log_path=out / "serve_retriever.log") as retriever:
         command = [sys.executable, "-m", "agentrl.serve", "--model", str(checkpoint), "--config"]
@@ -148,7 +159,7 @@ def _serve_and_ask(out, n: int, times: int) -> list[list[dict]]:
                 said.append(line)
             else:
                 raise AssertionError("the server ended before serving:\n" + "".join(said))
-            body = {"messages": question["prompt"], "n": n, "temperature": 1.0, "seed": 0}
+            body = {"messages": question["prompt"], "n": n, "temperature": temperature, "seed": 0}
             replies = []
             for _ in range(times):
                 request = urllib.request.Request(
