@@ -70,6 +70,7 @@ class TrajectoryState:
         self.calls_sent = 0  # calls sent to the tools so far (what the per-trajectory budget counts)
         self.done = False
         self._turn_cap_binding = True  # whether max_new_tokens (not a budget) set this turn's cap
+        self._turn_version = rules.weights.value  # the weights when the turn in flight was asked for
         tracked = getattr(rules.format, "renders_history", False) or rules.context.policy != "none"
         self.history = History(rules.format, traj.prompt_ids, traj.prompt.messages) if tracked else None
 
@@ -115,6 +116,9 @@ class TrajectoryState:
             return None
         per_turn = self.base.max_new_tokens
         self._turn_cap_binding = per_turn <= room
+        # the weights when the turn is asked for: new weights arriving while it samples (a partial
+        # rollout) cannot make its older tokens look newer than they are
+        self._turn_version = self.rules.weights.value
         stops = self.rules.format.turn_stops(self.final_turn)
         params = replace(
             self.base,
@@ -142,7 +146,7 @@ class TrajectoryState:
         """Record a turn; returns its calls when it made any (to run, then ``on_tool_outcomes``)."""
         traj, rules = self.traj, self.rules
         ids = list(result.token_ids)
-        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason, rules.weights.value)
+        turn = traj.add_turn(ids, list(result.log_probs), result.finish_reason, self._turn_version)
         final = self.final_turn
         text = rules.tokenizer.decode(ids, skip_special_tokens=False)
         parse = rules.format.parse(text, result.finish_reason, final)

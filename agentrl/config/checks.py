@@ -204,6 +204,17 @@ def _check_staleness(cfg: ExperimentConfig, problems: list[str]) -> None:
             "rollout drawn further ahead needs its own resources (the actor's engine serves one rollout "
             "at a time), which this version does not place"
         )
+    if trainer.partial_rollout == "continue":
+        if staleness_bound(trainer) == 0:
+            problems.append(
+                "trainer.partial_rollout=continue needs trainer.max_staleness >= 1: on-policy, no rollout "
+                "is in flight when the weights change"
+            )
+        if cfg.actor.rollout.engine != "hf":
+            problems.append(
+                "trainer.partial_rollout=continue needs actor.rollout.engine=hf (the transformers engine "
+                f"takes new weights between two decode steps), got {cfg.actor.rollout.engine!r}"
+            )
 
 
 def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:

@@ -14,6 +14,10 @@ from typing import Any, Literal
 # (``typing.get_args``), and ``validate_config`` checks every ``Literal`` field generically,
 # so adding a choice is one edit here plus its implementation.
 EngineKind = Literal["hf", "vllm", "vllm-async"]
+# What a rollout in flight does when the update it overlaps ends (trainer.partial_rollout): "off"
+# finishes on the weights it started with; "continue" takes the new weights at once, so the turns
+# requested after them are sampled, and recorded, with the new version.
+PartialRollout = Literal["off", "continue"]
 Schedule = Literal["concurrent", "lockstep"]
 ToolErrorPolicy = Literal["observe", "raise"]
 # what a conversation that outgrows context.max_tokens loses (agent/context.py): nothing (it is cut
@@ -360,6 +364,9 @@ class TrainerConfig:
     # algorithm.is_*). Checked from the batch's own versions (response_versions).
     max_staleness: int = 0
     one_step_off_policy: bool = False  # the same as max_staleness: 1 (the key from before it)
+    # With max_staleness > 0: "continue" streams each update's weights into the engine while the
+    # rollout drawn ahead is still generating (a partial rollout; the transformers engine only)
+    partial_rollout: PartialRollout = "off"
     # dead-signal alarms: warn when no tool was called, or the reward did not vary, for this many
     # steps in a row (and on every step whose groups all tied); 0 turns them off
     alarm_after_steps: int = 5

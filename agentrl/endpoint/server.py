@@ -54,7 +54,7 @@ class ChatEndpoint:
     ) -> None:
         """``infer``: what answers a request outside an episode instead of one sampled turn (the
         serving command's server-side tool loop); ``weights``: the engine's weights version, which
-        each recorded turn reads as it comes back (``engines/version.py``)."""
+        each recorded turn reads when it is asked for (``engines/version.py``)."""
         if infer is None and not hasattr(fmt, "render_conversation"):
             raise ValueError(
                 "the endpoint speaks chat messages with tool_calls: actor.rollout.tool_format must be a "
@@ -204,12 +204,13 @@ class ChatEndpoint:
                 if seed is not None:
                     turn = episode.trajectory.num_turns if episode.trajectory is not None else 0
                     params = replace(params, seed=derive_seed(seed, turn))
+                version = self.weights.value  # when the turn is asked for (engines/version.py)
                 result = await self.engine.generate(pending.ids, params)
                 # the turn's own cap (the run's, or the agent's lower max_tokens) set it, not the budget
                 cap_binding = (
                     min(self.base.max_new_tokens, chat.max_tokens or self.base.max_new_tokens) <= pending.room
                 )
-                message, _ = episode.record(pending, chat.messages, result, cap_binding, self.weights.value)
+                message, _ = episode.record(pending, chat.messages, result, cap_binding, version)
         finally:
             handlers.discard(task)  # type: ignore[arg-type]
         choice = Choice(message, result.finish_reason, list(result.token_ids), list(result.log_probs))

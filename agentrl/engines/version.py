@@ -2,12 +2,14 @@
 
 The version is the driver's step count when the weights were synced into the engine (the
 updates they have had, except during a critic's warm-up, when steps pass without an actor
-update). The actor sets it before a rollout, from the version the driver says it synced; each
-sampled turn records the value it reads when its tokens come back (``Trajectory.turn_versions``).
-Whoever loads new weights while trajectories are in flight (a partial rollout) sets it again,
-and a trajectory continued across that update then carries both versions; the colocated actor
-never does today (its engine serves one rollout at a time). The trainer reads the versions from
-the batch (``response_versions``) to bound and report staleness.
+update). The actor sets it before a rollout, from the version the driver says it synced, and
+again when it loads new weights while trajectories are in flight (``trainer.partial_rollout:
+continue``, after the swap); a trajectory continued across that update then carries both
+versions. Each sampled turn records the value it reads when the turn is asked for
+(``Trajectory.turn_versions``): a turn whose sampling new weights interrupt keeps the older
+version, so a token is never counted newer than the weights that sampled it (at worst older).
+The trainer reads the versions from the batch (``response_versions``) to bound and report
+staleness.
 """
 
 from __future__ import annotations

@@ -178,6 +178,9 @@ class PPOTrainer:
                 self.sampler.draw_ahead(self.global_step + 1, self.global_step)
             scored = self.sampler.score(rollout, timer)
             batch, metrics = self.learn(scored, timer, off_policy=True)
+            if self.config.trainer.partial_rollout == "continue" and self.sampler.in_flight:
+                with timer("weight_sync_partial"):  # the rollout in flight goes on with the new weights
+                    self.roles.actor.run_all("sync_engine", self.global_step + 1)
         metrics |= self.sampler.signal(scored)
         return self.close_step(rollout, batch, metrics, timer)
 

@@ -196,11 +196,18 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         result.add_per_rank(self.engine_link.rest())
         return result
 
-    def sync_engine(self) -> float | None:
+    def sync_engine(self, weights_version: int | None = None) -> float | None:
         """Bring the engine's own copy up to the current weights if an update (or a sleep) left it
         behind; the seconds it took, or None when nothing was sent. The driver calls it before
-        submitting a rollout that will run during the next update (a collective under fsdp)."""
-        return self.engine_link.sync()
+        submitting a rollout that will run during the next update (a collective under fsdp), and,
+        with ``weights_version`` (the updates the weights now have), right after an update while
+        that rollout may still be generating (``trainer.partial_rollout: continue``): the engine
+        takes the weights between two decode steps, and the turns asked for from then on record
+        the new version."""
+        seconds = self.engine_link.sync()
+        if weights_version is not None:
+            self.rollout.weights.value = weights_version  # after the swap: never ahead of the engine
+        return seconds
 
     # --- Stage 3: update -------------------------------------------------------------
 

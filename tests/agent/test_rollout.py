@@ -106,8 +106,9 @@ def prompts(tokenizer, questions=QUESTIONS, data_source="nq"):
 
 
 class ReweightedEngine(ScriptedEngine):
-    """New weights reach the engine while trajectories are in flight: from its 4th call on it
-    samples with version 1, whose log-probs differ, and says so through the rollout's counter."""
+    """New weights reach the engine while trajectories are in flight: once its 3rd call has sampled,
+    it samples with version 1, whose log-probs differ, and says so through the rollout's counter
+    (as the actor does after the swap)."""
 
     def __init__(self, tokenizer, policy, weights) -> None:
         super().__init__(tokenizer, policy)
@@ -117,9 +118,10 @@ class ReweightedEngine(ScriptedEngine):
         return fake_log_prob(token_id) * (1 + self.weights.value)
 
     async def generate(self, prompt_ids, params):
+        result = await super().generate(prompt_ids, params)
         if len(self.calls) == 3:
             self.weights.value = 1
-        return await super().generate(prompt_ids, params)
+        return result
 
 
 def test_a_trajectory_continued_across_a_weight_update_carries_both_versions_and_their_log_probs(

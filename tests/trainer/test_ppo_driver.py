@@ -178,3 +178,31 @@ def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itsel
     if correction:  # rejection is reported; what it rejects depends on how far the weights moved
         for r in rows:  # the reject mode ran, not the truncation
             assert 0 <= r["off_policy/is_rejected_frac"] <= 1 and r["off_policy/is_truncated_frac"] == 0
+
+
+def test_a_partial_rollout_streams_each_updates_weights_to_the_rollout_in_flight_with_their_version(
+    search_world, tmp_path, monkeypatch
+):
+    from agentrl.workers.actor import ActorWorker
+
+    synced = []  # the version each sync after an update announced (None: the sync before a draw)
+    sync = ActorWorker.sync_engine
+
+    def spy(self, weights_version=None):
+        synced.append(weights_version)
+        return sync(self, weights_version)
+
+    monkeypatch.setattr(ActorWorker, "sync_engine", spy)
+    run_dir = tmp_path / "partial"
+    grpo = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "trainer.max_staleness": 1}
+    grpo |= {"trainer.partial_rollout": "continue"}
+    run("grpo", search_world.overrides(run_dir, steps=3, **grpo), in_process=True)
+    # after steps 1 and 2 the next step's rollout is in flight and takes the new weights; after the
+    # last nothing is
+    assert [v for v in synced if v is not None] == [1, 2]
+    rows = read_metrics(run_dir)
+    assert [r["off_policy/staleness_max"] for r in rows] == [0, 1, 1]  # in-process: sampled before
+    assert (
+        all(r["timing_s/weight_sync_partial"] >= 0 for r in rows[:2])
+        and "timing_s/weight_sync_partial" not in rows[2]
+    )
