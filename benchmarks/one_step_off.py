@@ -3,11 +3,14 @@
     python -m benchmarks.one_step_off [--out runs/bench_one_step_off] [--short] [--seed 0]
 
 Builds the quickstart's world, index, tiny model and SFT warm start once, then runs the same
-PPO phase twice from that SFT model -- on-policy (the baseline) and with
-``trainer.one_step_off_policy=true`` -- and evaluates both policies on the held-out questions
-(greedy, as the quickstart does). Prints the median wall time per training step (step 1 left
-out: under one-step-off it still waits for its own rollout), the whole PPO phase, held-out EM,
-and the ratios. Each mode's figures are kept in ``<out>/<mode>.json``; a mode already measured
+PPO phase three times from that SFT model -- on-policy (the baseline), with
+``trainer.one_step_off_policy=true``, and one step off with partial rollouts
+(``trainer.partial_rollout=continue``: the rollout in flight takes each update's weights when the
+update ends) -- and evaluates each policy on the held-out questions (greedy, as the quickstart
+does). Prints the median wall time per training step (step 1 left out: off policy it still waits
+for its own rollout), the whole PPO phase, held-out EM, the share of trained tokens sampled by
+the weights they train (staleness 0, steps after the first) and the ratios. Each mode's figures
+are kept in ``<out>/<mode>.json``; a mode already measured
 is not run again, so an interrupted run resumes with the mode it had not finished (the shared
 phases are rebuilt: they are deterministic for a seed).
 """
@@ -21,7 +24,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-MODES = {"on_policy": [], "one_step_off": ["trainer.one_step_off_policy=true"]}
+MODES = {
+    "on_policy": [],
+    "one_step_off": ["trainer.one_step_off_policy=true"],
+    "partial": ["trainer.max_staleness=1", "trainer.partial_rollout=continue"],
+}
 
 
 def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> dict:
@@ -39,6 +46,7 @@ def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> 
     result = evaluate_heldout(policy, files.test, config, profile.eval_limit, seed).summary
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
+    fresh = [r.get("off_policy/staleness_frac/0", 1.0) for r in rows if "timing_s/step" in r][1:]
     return {
         "mode": mode,
         "steps": len(steps),
@@ -46,6 +54,7 @@ def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> 
         "ppo_phase_s": ppo_seconds,
         "em": result["all"]["em"],
         "searches": result["all"]["searches"],
+        "fresh_token_frac": statistics.mean(fresh) if fresh else float("nan"),
         "last_val_em": next((r["val/all/em"] for r in reversed(rows) if "val/all/em" in r), float("nan")),
     }
 
@@ -103,18 +112,21 @@ def main() -> None:
                     (out / f"{mode}.json").write_text(json.dumps(results[mode], indent=2))
         finally:
             server.stop()
-    print(f"\n{'mode':<14}{'steps':>6}{'s/step':>9}{'PPO s':>9}{'held-out EM':>13}{'searches':>10}")
+    header = f"{'mode':<14}{'steps':>6}{'s/step':>9}{'PPO s':>9}{'held-out EM':>13}{'searches':>10}"
+    print(f"\n{header}{'staleness 0':>13}")
     for r in results.values():
         print(
             f"{r['mode']:<14}{r['steps']:>6}{r['step_s_median']:>9.2f}{r['ppo_phase_s']:>9.0f}"
-            f"{r['em']:>13.3f}{r['searches']:>10.2f}"
+            f"{r['em']:>13.3f}{r['searches']:>10.2f}{r.get('fresh_token_frac', float('nan')):>13.3f}"
         )
-    on, off = results["on_policy"], results["one_step_off"]
-    print(
-        f"one-step-off / on-policy: {on['step_s_median'] / off['step_s_median']:.2f}x steps/s (median step), "
-        f"{on['ppo_phase_s'] / off['ppo_phase_s']:.2f}x the whole PPO phase; "
-        f"EM {off['em'] - on['em']:+.3f}"
-    )
+    on = results["on_policy"]
+    for mode in ("one_step_off", "partial"):
+        off = results[mode]
+        print(
+            f"{mode} / on-policy: {on['step_s_median'] / off['step_s_median']:.2f}x steps/s (median step), "
+            f"{on['ppo_phase_s'] / off['ppo_phase_s']:.2f}x the whole PPO phase; "
+            f"EM {off['em'] - on['em']:+.3f}"
+        )
 
 
 if __name__ == "__main__":
