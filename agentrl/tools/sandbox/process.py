@@ -3,7 +3,13 @@
 ``SandboxProcess`` starts the command ``sandbox.launch`` built (in a process group of its
 own, with the sandbox's environment only), waits for the interpreter's ``ready`` frame, and
 sends it code one call at a time (the frames of ``repl``). A call that outlives its
-wall time ends the process; so does a reply that is not a frame. ``end`` (idempotent, safe
+wall time ends the process; so does a reply that is not a frame, and so does anything on the
+reply channel the call did not ask for: the policy's code runs in the interpreter's process and
+can write to that channel, so each call carries a fresh nonce its reply must return, no byte may
+follow the reply, every field must have its type, and the output cap is applied again here
+(``checked_reply``). A forged frame can then change only its own call's message (the code's to
+say anyway), never the next call's, never past the cap, and never raise: the session ends and
+the call's message says why. ``end`` (idempotent, safe
 from any thread, also while a call waits) kills the process group and, given the session's
 uid, every process of that uid, reaps the launcher and removes the working directory
 where it is on the host (``audit``, ``none``; at ``bwrap`` and ``unshare`` it is a tmpfs of
@@ -17,6 +23,7 @@ import contextlib
 import json
 import os
 import queue
+import secrets
 import select
 import shutil
 import signal
@@ -151,6 +158,28 @@ def _spawn_forever() -> None:
             done.set_exception(exc)
 
 
+REPLY_TEXTS = ("output", "value", "error", "limit")
+
+
+def checked_reply(reply: dict[str, Any], nonce: str, cap: int) -> dict[str, Any]:
+    """``reply`` if it answers the call of ``nonce`` with fields of their types, each text cut to the
+    interpreter's own cap (``cap`` characters and an ellipsis: a genuine reply is never longer);
+    ``ValueError`` naming what is wrong otherwise."""
+    if reply.get("nonce") != nonce:
+        raise ValueError("sent a reply that does not answer this call")
+    written = reply.get("output_bytes")
+    if type(written) is not int or written < 0:
+        raise ValueError("sent a reply whose output_bytes is not a count")
+    checked: dict[str, Any] = {"output_bytes": written}
+    for key in REPLY_TEXTS:
+        text = reply.get(key)
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"sent a reply whose {key} is not text")
+        checked[key] = text if text is None or len(text) <= cap + 1 else text[:cap] + "…"
+    checked["output"] = checked["output"] or ""
+    return checked
+
+
 class SandboxProcess:
     """A started interpreter; see the module docstring."""
 
@@ -160,6 +189,7 @@ class SandboxProcess:
         whose processes ``end`` kills; ``limits``: the interpreter's, which bound a reply's size."""
         self.host_dir, self.uid = host_dir, uid
         self.max_reply_bytes = 18 * limits.max_output_bytes + (1 << 20)  # three texts, JSON-escaped
+        self.max_output_bytes = limits.max_output_bytes
         self._lock = threading.Lock()
         self._ended = self._busy = False
         self._startup_output = ""
@@ -185,8 +215,24 @@ class SandboxProcess:
             raise SandboxStartError(f"the interpreter {why}" + (f": {said}" if said else "")) from None
 
     def run(self, code: str, wall_time_s: float) -> dict[str, Any]:
-        """The reply to one call; ``InterpreterGone`` (process ended) past ``wall_time_s`` or on a crash."""
-        return self._exchange({"code": code}, wall_time_s)
+        """The reply to one call, checked (``checked_reply``); ``InterpreterGone`` (process ended)
+        past ``wall_time_s``, on a crash, or on a reply channel the code wrote to."""
+        nonce = secrets.token_hex(16)
+        reply = self._exchange({"code": code, "nonce": nonce}, wall_time_s)
+        try:
+            checked = checked_reply(reply, nonce, self.max_output_bytes)
+            if self._more_to_read():
+                raise ValueError("wrote to the reply channel beside its reply")
+            return checked
+        except ValueError as exc:
+            self.end()
+            raise InterpreterGone(str(exc)) from None
+
+    def _more_to_read(self) -> bool:
+        """Whether bytes wait on the reply channel after a reply (none may: one frame a call)."""
+        poller = select.poll()
+        poller.register(self._proc.stdout.fileno(), select.POLLIN)  # type: ignore[union-attr]
+        return bool(poller.poll(0))
 
     def _exchange(self, request: dict[str, Any] | None, timeout_s: float) -> dict[str, Any]:
         with self._lock:

@@ -26,12 +26,13 @@ In order, before any of the policy's code runs:
    other sessions' directories.
 
 Then it answers frames on its stdin/stdout (an 8-byte big-endian length, then JSON):
-``{"code": ...}`` → ``{"output", "output_bytes", "value", "error", "limit"}``. During a call
-file descriptors 1 and 2 (and ``sys.stdout``/``sys.stderr``) write to one memory file, so a
-subprocess's output lands in order with ``print``'s; only the first ``max_output_bytes`` are
-sent back, with the total. The per-call CPU budget is the soft ``RLIMIT_CPU``: past it the
-kernel sends ``SIGXCPU``, raised in the code as ``CPUTimeExceeded``. The host enforces the
-wall time by killing the process. End of input ends the interpreter.
+``{"code": ..., "nonce": ...}`` → ``{"output", "output_bytes", "value", "error", "limit", "nonce"}``.
+During a call file descriptors 1 and 2 (and ``sys.stdout``/``sys.stderr``) write to one memory
+file, so a subprocess's output lands in order with ``print``'s; only the first
+``max_output_bytes`` are sent back, with the total. The per-call CPU budget is the soft
+``RLIMIT_CPU``: past it the kernel sends ``SIGXCPU``, raised in the code as
+``CPUTimeExceeded``. The host enforces the wall time by killing the process. End of input ends
+the interpreter.
 """
 # long: one unit by necessity: the sandbox runs this file alone, as a script under any Python, so
 # it imports the standard library only and cannot be split into modules of its own
@@ -394,7 +395,8 @@ def main(config: dict) -> None:
         install_guard(config["workdir"], config["work_root"])
     write_frame(replies, {"ready": True, "pid": os.getpid(), "uid": os.getuid()})
     while (request := read_frame(requests)) is not None:
-        write_frame(replies, interpreter.run(request["code"]))
+        # the call's nonce back with its reply: the host takes no other frame as this call's answer
+        write_frame(replies, {**interpreter.run(request["code"]), "nonce": request.get("nonce")})
 
 
 if __name__ == "__main__":
