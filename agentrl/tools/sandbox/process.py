@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from agentrl.tools.sandbox.isolation import Launch, SandboxLimits
-from agentrl.tools.sandbox.pool import kill_user
+from agentrl.tools.sandbox.pool import inherits_orphans, kill_user, reap_orphans
 
 HEADER_SIZE = 8
 
@@ -324,6 +324,8 @@ class SandboxProcess:
             self._proc.wait(timeout=10)
         if self.uid is not None:
             kill_user(self.uid)  # what left the group (setsid) where no PID namespace ends it
+        if inherits_orphans():  # a trainer that is PID 1: the sandbox's orphans are its to reap
+            reap_orphans(self._proc.pid, self.uid, exclude=self._proc.pid)
         self._startup_output = self._read_stderr()
         if self.host_dir is not None:
             remove_tree(self.host_dir)
