@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from agentrl.tools.sandbox.tool import DEFAULT_UID_BASE
 from tests.tools.test_python_sandbox import LEVELS, REPO, python_for
 
 # Runs as PID 1 of a fresh PID namespace: eight sessions at each level given, then every zombie
@@ -34,9 +35,15 @@ AS_PID_ONE = textwrap.dedent(
 
     assert os.getpid() == 1
     report = {}
-    for level, python in json.loads(sys.argv[1]).items():
+    levels, UID_BASE = json.loads(sys.argv[1]), int(sys.argv[2])
+    for level, python in levels.items():
         tool = PythonSandboxTool(
-            isolation=level, python=python, work_root=tempfile.mkdtemp(), max_interpreters=4, processes=4
+            isolation=level,
+            python=python,
+            work_root=tempfile.mkdtemp(),
+            max_interpreters=4,
+            processes=4,
+            uid_base=UID_BASE,
         )
 
         async def sessions():
@@ -55,16 +62,11 @@ AS_PID_ONE = textwrap.dedent(
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="a PID namespace needs root")
 def test_a_trainer_that_is_pid_one_is_left_no_zombie_by_eight_sessions_at_every_level():
     pythons = {level: python_for(level) for level in LEVELS}
-    command = [
-        "unshare",
-        "--pid",
-        "--fork",
-        "--mount-proc",
-        sys.executable,
-        "-c",
-        AS_PID_ONE,
-        json.dumps(pythons),
-    ]
+    # uids of its own: where the machine's PID 1 does not reap either (a container's), zombies that
+    # other tests' sessions left count against RLIMIT_NPROC of the uids they ran as
+    uid_base = str(DEFAULT_UID_BASE + 2048)
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", AS_PID_ONE]
+    command += [json.dumps(pythons), uid_base]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -267,6 +267,7 @@ def launch(setup: SandboxSetup, workdir: str, user: tuple[int, int] | None) -> L
         "user": list(user) if user else None,
         "env": base_env(workdir),
         "guard": level == "audit",
+        "seccomp": level != "none",  # repl.install_seccomp
         "reaper": level == "unshare",
         "drop_caps": level == "unshare" and os.geteuid() != 0,
         "parent": os.getpid() if level in ("audit", "none") else None,  # it dies with us

@@ -174,6 +174,80 @@ def become_reaped_child(channel: tuple[int, int]) -> None:
                 os._exit(128 - code if code < 0 else code)
 
 
+# System calls the policy's code has no use for and the host's kernel state would leak or grow
+# through: the kernel keyrings (a key outlives the session, and the next session of the uid reads
+# it), tracing, BPF, perf, userfaultfd, mounts and namespaces, io_uring (unfiltered system calls),
+# kernel modules, file handles, other processes' memory, and memory no limit counts (memfd, SysV
+# shared memory). x86-64 numbers; refused with EPERM. clone3 answers ENOSYS (its flags are behind
+# a pointer a filter cannot read), so the C library falls back to clone, whose flags are checked:
+# no new user namespace.
+REFUSED_X86_64 = {
+    "add_key": 248, "request_key": 249, "keyctl": 250, "ptrace": 101, "bpf": 321,
+    "perf_event_open": 298, "userfaultfd": 323, "mount": 165, "umount2": 166, "pivot_root": 155,
+    "unshare": 272, "setns": 308, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175,
+    "finit_module": 313, "delete_module": 176, "name_to_handle_at": 303, "open_by_handle_at": 304,
+    "process_vm_readv": 310, "process_vm_writev": 311, "open_tree": 428, "move_mount": 429,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "memfd_create": 319,
+    "memfd_secret": 447, "shmget": 29, "swapon": 167, "swapoff": 168, "reboot": 169, "syslog": 103,
+    "acct": 163,
+}  # fmt: skip
+X86_64_CLONE, X86_64_CLONE3, CLONE_NEWUSER = 56, 435, 0x10000000
+AUDIT_ARCH_X86_64, X32_SYSCALL_BIT = 0xC000003E, 0x40000000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+RET_ALLOW, RET_ERRNO, EPERM, ENOSYS = 0x7FFF0000, 0x00050000, 1, 38
+LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|..., BPF_RET|K
+
+
+def seccomp_program() -> list[tuple[int, int, int, int]]:
+    """The filter (classic BPF over ``struct seccomp_data``: nr at 0, arch at 4, args from 16)."""
+    refused = sorted(REFUSED_X86_64.values())
+    body: list[tuple[int, int, int, int]] = [(LD_ABS, 0, 0, 0)]
+    body += [(JGE, 0, 0, X32_SYSCALL_BIT)]  # placeholder jt filled below: the x32 ABI's numbers
+    body += [(JEQ, 0, 0, nr) for nr in refused]
+    body += [(JEQ, 0, 0, X86_64_CLONE3), (JEQ, 0, 0, X86_64_CLONE), (RET, 0, 0, RET_ALLOW)]
+    body += [(LD_ABS, 0, 0, 16), (JSET, 0, 0, CLONE_NEWUSER), (RET, 0, 0, RET_ALLOW)]
+    enosys = len(body)
+    body += [(RET, 0, 0, RET_ERRNO | ENOSYS)]
+    deny = len(body)
+    body += [(RET, 0, 0, RET_ERRNO | EPERM)]
+    head = [(LD_ABS, 0, 0, 4), (JEQ, 1, 0, AUDIT_ARCH_X86_64), (RET, 0, 0, RET_ERRNO | EPERM)]
+    program = head + body
+    shift = len(head)
+
+    def to(i: int, target: int) -> int:  # a relative jump from instruction i
+        return target + shift - (i + shift) - 1
+
+    for i, (code, _, _, k) in enumerate(body):
+        if code == JGE or (code == JEQ and k in refused):
+            program[i + shift] = (code, to(i, deny), 0, k)
+        elif code == JEQ and k == X86_64_CLONE3:
+            program[i + shift] = (code, to(i, enosys), 0, k)
+        elif code == JEQ and k == X86_64_CLONE:
+            program[i + shift] = (code, 1, 0, k)  # to the flags check past the allow below it
+        elif code == JSET:
+            program[i + shift] = (code, to(i, deny), 0, k)
+    return program
+
+
+def install_seccomp() -> bool:
+    """Install ``seccomp_program`` on this process and the ones it starts (``no_new_privs`` is set
+    already); False on a machine that is not x86-64, where the filter's numbers do not hold."""
+    if os.uname().machine != "x86_64":
+        return False
+    program = seccomp_program()
+    filters = (ctypes.c_uint64 * len(program))()
+    for i, (code, jt, jf, k) in enumerate(program):
+        filters[i] = code | jt << 16 | jf << 24 | k << 32  # struct sock_filter, little-endian
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = Program(len(program), ctypes.addressof(filters))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+    return True
+
+
 def install_guard(workdir: str, work_root: str) -> None:
     """Step 5 of the module docstring: refusals inside this interpreter, a hurdle rather than a wall."""
     refused = {
@@ -391,9 +465,10 @@ def main(config: dict) -> None:
     os.environ.update(config["env"])
     sys.dont_write_bytecode = True
     interpreter = Interpreter(config["limits"]["cpu_time_s"], config["limits"]["max_output_bytes"])
+    filtered = config.get("seccomp") and install_seccomp()  # after the interpreter's own memfd
     if config.get("guard"):
         install_guard(config["workdir"], config["work_root"])
-    write_frame(replies, {"ready": True, "pid": os.getpid(), "uid": os.getuid()})
+    write_frame(replies, {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "seccomp": bool(filtered)})
     while (request := read_frame(requests)) is not None:
         # the call's nonce back with its reply: the host takes no other frame as this call's answer
         write_frame(replies, {**interpreter.run(request["code"]), "nonce": request.get("nonce")})
