@@ -35,6 +35,10 @@ from typing import Any
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("repl.py"))
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable, full of other programs' files
+# the host's that are nobody's business in a sandbox: users' homes (tokens, keys), the runtime
+# directory's sockets (a path-bound socket is reached whatever the network namespace, and
+# read-only mounts still allow connect: the docker socket is root on the host)
+PRIVATE_DIRS = ("/home", "/root", "/run", "/var/run")
 NAMESPACES = ["--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "--kill-child"]
 _probed: dict[tuple[str, int], str | None] = {}
 
@@ -218,21 +222,38 @@ class MountPlan:
     """What a namespace level hides and what it brings back (read-only) inside what it hides.
 
     ``cover`` gets an empty tmpfs each: the shared temporary directories (other programs'
-    files), ``work_root`` (every other session's directory) and each directory the sandbox
-    user cannot enter on the way to the interpreter. ``keep`` are the interpreter's
-    directories under those, bound back read-only where they were; the session's own working
-    directory is bound back writable.
+    files), the private ones (``private_dirs``: homes, ``/run``'s sockets, the trainer's working
+    directory and the project tree), ``work_root`` (every other session's directory) and each
+    directory the sandbox user cannot enter on the way to the interpreter. ``keep`` are the
+    interpreter's directories under those and the tool's ``readable_paths``, bound back
+    read-only where they were; the session's own working directory is mounted writable.
     """
 
     cover: list[str]
     keep: list[str]
 
 
-def mount_plan(interpreter: list[str], uid: int, work_root: str) -> MountPlan:
-    """The plan for an interpreter reading ``interpreter`` as ``uid``, with sessions under ``work_root``."""
-    hidden = [d for d in HIDDEN_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+def project_tree() -> str | None:
+    """The checkout ``agentrl`` runs from (reward code, data kept beside it), or None when it is an
+    installed package (its directory is then site-packages, the interpreter's own)."""
+    root = Path(__file__).resolve().parents[3]
+    return str(root) if (root / "pyproject.toml").exists() and root.parent != root else None
+
+
+def private_dirs() -> list[str]:
+    """What a namespace level hides beside the temporary directories: ``PRIVATE_DIRS``, the
+    trainer's home and working directory, and the project tree (module ``PRIVATE_DIRS``)."""
+    dirs = [*PRIVATE_DIRS, os.path.expanduser("~"), os.getcwd(), project_tree()]
+    return [d for d in dirs if d and d != "/" and os.path.isdir(d) and not os.path.islink(d)]
+
+
+def mount_plan(interpreter: list[str], uid: int, work_root: str, readable: tuple[str, ...] = ()) -> MountPlan:
+    """The plan for an interpreter reading ``interpreter`` as ``uid``, with sessions under
+    ``work_root``; ``readable``: paths the code may read inside what is hidden."""
+    hidden = [d for d in (*HIDDEN_DIRS, *private_dirs()) if os.path.isdir(d) and not os.path.islink(d)]
     cover = sorted(set(unreadable_tops(interpreter, uid) + hidden + [work_root]), key=len)
-    keep = _outermost([p for p in interpreter if any(_under(p, top) for top in cover)])
+    shown = [*interpreter, *(os.path.realpath(p) for p in readable)]
+    keep = _outermost([p for p in shown if any(_under(p, top) for top in cover)])
     return MountPlan(cover, keep)
 
 

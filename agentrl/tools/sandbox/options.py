@@ -39,8 +39,9 @@ class SandboxOptions(SandboxLimits):
     ``queue_timeout_s`` and started within ``start_timeout_s``); the isolation (``isolation``,
     ``allow_unisolated``), the interpreter (``python``, None: the trainer's) and where working
     directories live (``work_root``); as root, the uids (``uid_base``, ``uid_count``, claimed in
-    ``uid_lock_dir``); the dispatcher's bound (``timeout_s``, None: derived); ``name`` and
-    ``description`` of the tool.
+    ``uid_lock_dir``); the dispatcher's bound (``timeout_s``, None: derived); the paths the code may
+    read inside what a namespace level hides (``readable_paths``); ``name`` and ``description`` of
+    the tool.
     """
 
     max_code_chars: int = 20000
@@ -55,6 +56,9 @@ class SandboxOptions(SandboxLimits):
     uid_count: int = 4096
     uid_lock_dir: str | None = None
     timeout_s: float | None = None
+    # paths the code may read although the namespace levels hide what holds them (a data directory,
+    # the project tree): bound back read-only (isolation.mount_plan)
+    readable_paths: tuple[str, ...] = ()
     name: str = "python"
     description: str = DESCRIPTION
 
@@ -63,6 +67,15 @@ class SandboxOptions(SandboxLimits):
             if isinstance(getattr(self, path), os.PathLike):
                 object.__setattr__(self, path, os.fspath(getattr(self, path)))
         check_option_types(self, WHERE)
+        paths = self.readable_paths
+        if isinstance(paths, list):  # the config gives a list
+            object.__setattr__(self, "readable_paths", paths := tuple(paths))
+        if not isinstance(paths, tuple) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
+            expected = "must be a list of absolute paths"
+            raise ValueError(f"{WHERE}: option 'readable_paths' {expected}, got {paths!r}")
+        missing = [p for p in paths if not os.path.exists(p)]
+        if missing:
+            raise ValueError(f"{WHERE}: readable_paths: {missing[0]!r} does not exist")
         super().__post_init__()  # the limits' ranges
         if self.isolation not in ISOLATIONS:
             raise ValueError(

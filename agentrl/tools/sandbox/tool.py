@@ -135,7 +135,7 @@ class PythonSandboxTool:
         sandbox_uid = options.uid_base if self.pool.as_root else os.geteuid()
         paths = interpreter_paths(self.python)
         self._check_reachable(paths, sandbox_uid)
-        plan = mount_plan(paths, sandbox_uid, self.work_root)
+        plan = mount_plan(paths, sandbox_uid, self.work_root, options.readable_paths)
         self.setup = SandboxSetup(self.isolation, self.python, self.work_root, self.limits, plan)
         self.timeout_s = options.tool_timeout_s
         self.spec = ToolSpec(
