@@ -108,34 +108,32 @@ def test_short_quickstart_writes_a_complete_report(tmp_path):
         s.settimeout(1)
         s.connect(("127.0.0.1", port))
 
-    # The trained checkpoint behind `python -m agentrl.serve`, its tools run on the server: plain
-    # HTTP requests get each sample's final turn, its answer and the calls it made, and a seeded
-    # request is answered the same way twice.
-    first, again = _serve_and_ask(out, n=8, times=2)
-    assert len(first) == 8 and first == again
+    # A trained checkpoint behind `python -m agentrl.serve`, its tools run on the server: the skill
+    # stage's (SFT on the oracle demonstrations), asked one of its training questions over plain
+    # HTTP. Greedily it searches through the server's retriever and answers after reading the
+    # result; seeded samples get each one's final turn, its answer and the calls it made, and the
+    # same request is answered the same way twice.
+    greedy, first, again = _serve_and_ask(
+        out,
+        out / "sft_skill",
+        "sft_questions.jsonl",
+        [{"n": 1, "temperature": 0.0}] + [{"n": 4, "temperature": 1.0, "seed": 0}] * 2,
+    )
+    (choice,) = greedy
+    calls, answer = choice["message"]["tool_calls_made"], choice["message"]["answer"]
+    assert calls and all(c["name"] == "search" and c["status"] == "ok" and c["result"] for c in calls)
+    assert answer and answer.strip(), choice["message"]["content"]
+    assert len(first) == 4 and first == again
     for choice in first:
         message = choice["message"]
         action = parse_action(message["content"], ())  # the rollout's answer rule, on the final turn
         assert message["answer"] == (action.content if action.kind == "answer" else None)
         assert all(call["status"] == "ok" and call["result"] for call in message["tool_calls_made"])
 
-    # The skill stage's checkpoint (SFT on the oracle demonstrations), served the same way and asked
-    # one of its training questions greedily: it searches through the server's retriever and answers
-    # after reading the result, all in one plain HTTP request.
-    (choice,) = _serve_and_ask(
-        out, n=1, times=1, temperature=0.0, model=out / "sft_skill", questions="sft_questions.jsonl"
-    )[0]
-    calls, answer = choice["message"]["tool_calls_made"], choice["message"]["answer"]
-    assert calls and all(c["name"] == "search" and c["status"] == "ok" and c["result"] for c in calls)
-    assert answer and answer.strip(), choice["message"]["content"]
 
-
-def _serve_and_ask(
-    out, n: int, times: int, temperature: float = 1.0, model=None, questions: str = "test.jsonl"
-) -> list[list[dict]]:
-    """Serve ``model`` (default: the run's last checkpoint) with the run's config and a retriever on
-    its index; POST the first question of ``questions`` (its training prompt) with ``n`` seeded
-    samples ``times`` times; each reply's choices."""
+def _serve_and_ask(out, model, questions: str, requests: list[dict]) -> list[list[dict]]:
+    """Serve ``model`` with the run's config and a retriever on its index; POST the first question
+    of ``questions`` (its training prompt) with each of ``requests``' settings; each reply's choices."""
     import subprocess
     import sys
     import urllib.request
@@ -143,11 +141,10 @@ def _serve_and_ask(
     from agentrl.ports import free_port
     from retriever.process import RetrieverProcess
 
-    checkpoint = model or max((out / "ppo" / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))
     question = json.loads((out / questions).read_text().splitlines()[0])
     port = free_port("127.0.0.1")
     with RetrieverProcess(out / "index", log_path=out / "serve_retriever.log") as retriever:
-        command = [sys.executable, "-m", "agentrl.serve", "--model", str(checkpoint), "--config"]
+        command = [sys.executable, "-m", "agentrl.serve", "--model", str(model), "--config"]
         command += [str(out / "ppo" / "config.yaml"), "--execute-tools", "--port", str(port)]
         command += ["--retriever-url", retriever.retrieve_url]
         server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -159,12 +156,11 @@ def _serve_and_ask(
                 said.append(line)
             else:
                 raise AssertionError("the server ended before serving:\n" + "".join(said))
-            body = {"messages": question["prompt"], "n": n, "temperature": temperature, "seed": 0}
             replies = []
-            for _ in range(times):
+            for settings in requests:
                 request = urllib.request.Request(
                     f"http://127.0.0.1:{port}/v1/chat/completions",
-                    json.dumps(body).encode(),
+                    json.dumps({"messages": question["prompt"], **settings}).encode(),
                     {"Content-Type": "application/json"},
                 )
                 with urllib.request.urlopen(request, timeout=120) as reply:
