@@ -29,6 +29,8 @@ Memory figures come from the CUDA allocator's statistics; on the CPU they are no
 (``n/a``) and the memory checks pass on what can be checked there (bytes released, weights
 restored, results equal). Writes ``gpu_check_<device>.json`` and ``.md`` to ``--out``.
 """
+# long: one command for a GPU lent for minutes: the checks, the workers they drive and the report
+# they write are read and run together, and each check is a few dozen lines of its own
 
 from __future__ import annotations
 
