@@ -5,6 +5,7 @@ memory), and what ordinary code does still works, at every isolation level here.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -19,6 +20,8 @@ def call(nr, *args):
     return "ok" if result >= 0 else os.strerror(ctypes.get_errno())
 """
 KEY_SPEC_USER_KEYRING = -4
+# the filter's numbers are x86-64's: elsewhere the interpreter installs none (docs/python_sandbox.md)
+pytestmark = pytest.mark.skipif(os.uname().machine != "x86_64", reason="the system-call filter is x86-64's")
 
 
 @pytest.mark.parametrize("level", NAMESPACE_LEVELS)
