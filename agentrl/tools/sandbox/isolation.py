@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from agentrl.tools.sandbox.reaping import inherits_orphans, reap_orphans
+
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("repl.py"))
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable, full of other programs' files
@@ -113,6 +115,9 @@ def _probe(level: str) -> str | None:
         done = subprocess.run(argv, capture_output=True, timeout=30, env=base_env("/"), check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{launcher} failed: {exc}"
+    finally:
+        if inherits_orphans():  # a PID 1 trainer: the launcher's namespace child is orphaned to it
+            reap_orphans(-1, None, exclude=-1, names=frozenset({"bwrap", "unshare"}), wait_s=0.2)
     if done.returncode != 0:
         message = done.stderr.decode(errors="replace").strip().splitlines()
         return f"{launcher} failed: {message[-1] if message else f'exit status {done.returncode}'}"

@@ -57,51 +57,6 @@ def processes_of(uid: int) -> list[int]:
     return pids
 
 
-PR_GET_CHILD_SUBREAPER = 37
-
-
-def inherits_orphans() -> bool:
-    """Whether orphans of the processes this one started come to it (it is PID 1, as a trainer in a
-    container without an init is, or a child subreaper): then nothing but it will reap them."""
-    if os.getpid() == 1:
-        return True
-    import ctypes  # only here: the common case never needs it
-
-    flag = ctypes.c_int(0)
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and bool(flag.value)
-
-
-def reap_orphans(session: int, uid: int | None, exclude: int, wait_s: float = 0.5) -> int:
-    """Reap this process's zombie children from a sandbox: in process session ``session`` (the
-    launcher's) or of ``uid``, never ``exclude`` (the launcher, its ``Popen``'s to wait for). Waits up
-    to ``wait_s`` for such children still dying; how many were reaped."""
-    me, reaped = os.getpid(), 0
-    deadline = time.monotonic() + wait_s
-    while True:
-        dying = False
-        for entry in filter(str.isdigit, os.listdir("/proc")):
-            pid = int(entry)
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                    stat = f.read()
-                owner = os.stat(f"/proc/{entry}").st_uid
-            except OSError:  # it ended meanwhile
-                continue
-            state, ppid, _pgrp, sid = stat[stat.rindex(")") + 2 :].split()[:4]
-            if pid == exclude or int(ppid) != me or (int(sid) != session and owner != uid):
-                continue
-            if state != "Z":
-                dying = True  # killed, not yet a zombie
-                continue
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    reaped += 1
-        if not dying or time.monotonic() > deadline:
-            return reaped
-        time.sleep(0.005)
-
-
 def kill_user(uid: int, rounds: int = 20) -> int:
     """SIGKILL every process of ``uid`` (never 0) until none is left; how many were signalled."""
     if uid == 0:

@@ -36,7 +36,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from agentrl.tools.sandbox.isolation import Launch, SandboxLimits
-from agentrl.tools.sandbox.pool import inherits_orphans, kill_user, reap_orphans
+from agentrl.tools.sandbox.pool import kill_user
+from agentrl.tools.sandbox.reaping import descendants, inherits_orphans, reap_orphans
 
 HEADER_SIZE = 8
 
@@ -318,14 +319,17 @@ class SandboxProcess:
                 return
             self._ended = True
             busy = self._busy
+        # a trainer that is PID 1 inherits the sandbox's orphans: note them now, reap them below
+        orphans_come_here = inherits_orphans()
+        family = frozenset(descendants(self._proc.pid)) if orphans_come_here else frozenset()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):  # then it is the kernel's, not ours
             self._proc.wait(timeout=10)
         if self.uid is not None:
             kill_user(self.uid)  # what left the group (setsid) where no PID namespace ends it
-        if inherits_orphans():  # a trainer that is PID 1: the sandbox's orphans are its to reap
-            reap_orphans(self._proc.pid, self.uid, exclude=self._proc.pid)
+        if orphans_come_here:
+            reap_orphans(self._proc.pid, self.uid, exclude=self._proc.pid, family=family)
         self._startup_output = self._read_stderr()
         if self.host_dir is not None:
             remove_tree(self.host_dir)
