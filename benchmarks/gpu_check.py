@@ -158,30 +158,21 @@ def verdict(check: Check, ok: bool, criterion: str) -> None:
 
 
 def build_model_dir(shape: Shape, out: Path) -> Path:
-    """A random-init Qwen2 of ``shape`` (fp32) and the tiny tokenizer, as an HF directory."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    """A random-init Qwen2 of ``shape`` (fp32) and the tiny tokenizer, as an HF directory. Its head
+    is untied (Qwen2.5-0.5B ties it): the stream's largest tensor is then an honest 519 MiB."""
+    from agentrl.models.tiny import DEFAULT_TEXTS, build_tiny_causal_lm, train_tokenizer
 
-    from agentrl.models.tiny import DEFAULT_TEXTS, train_tokenizer
-
-    tokenizer = train_tokenizer(DEFAULT_TEXTS, 512)
-    config = Qwen2Config(
-        vocab_size=shape.vocab,
+    return build_tiny_causal_lm(
+        train_tokenizer(DEFAULT_TEXTS, 512),
+        out,
         hidden_size=shape.hidden,
+        layers=shape.layers,
+        heads=shape.heads,
+        kv_heads=shape.kv_heads,
         intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
         max_position_embeddings=max(4096, 2 * shape.logprob_tokens),
-        tie_word_embeddings=False,  # Qwen2.5-0.5B ties them; untied keeps the stream's largest tensor honest
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        vocab_size=shape.vocab,
     )
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 def make_worker(model_dir: Path, shape: Shape, device: str, strategy: str) -> Any:

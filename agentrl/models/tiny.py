@@ -169,8 +169,12 @@ def build_tiny_causal_lm(
     intermediate_size: int | None = None,
     max_position_embeddings: int = 4096,
     seed: int = 0,
+    vocab_size: int | None = None,
 ) -> Path:
     """Random-init a causal LM sized to ``tokenizer`` and save model + tokenizer to ``out_dir``.
+
+    ``vocab_size``: the embedding's rows, when not the tokenizer's size (a real model's shape, whose
+    vocabulary this tokenizer does not fill: ``benchmarks/gpu_check.py``).
 
     The seed fixes the weights, so two builds with the same arguments are identical
     (tests rely on that). The LM head is untied from the embeddings: with tied weights a
@@ -184,7 +188,7 @@ def build_tiny_causal_lm(
     if heads % kv_heads:
         raise ValueError(f"heads ({heads}) must be divisible by kv_heads ({kv_heads})")
     common = dict(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size or len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size or 4 * hidden_size,
         num_hidden_layers=layers,
