@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from agentrl.tools.sandbox.reaping import inherits_orphans, reap_orphans
+from agentrl.tools.sandbox.reaping import descendants, inherits_orphans, reap_orphans
 
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("repl.py"))
@@ -111,13 +111,17 @@ def _probe(level: str) -> str | None:
         ]
     else:
         argv = [*_unshare(), *_userns(), *NAMESPACES, "true"]
+    # a PID 1 trainer inherits the launcher's namespace child; a session's launcher already among
+    # its children is its Popen's to wait for, never the probe's to reap
+    orphans_come_here = inherits_orphans()
+    before = frozenset(descendants(os.getpid())) if orphans_come_here else frozenset()
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, env=base_env("/"), check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{launcher} failed: {exc}"
     finally:
-        if inherits_orphans():  # a PID 1 trainer: the launcher's namespace child is orphaned to it
-            reap_orphans(-1, None, exclude=-1, names=frozenset({"bwrap", "unshare"}), wait_s=0.2)
+        if orphans_come_here:
+            reap_orphans(-1, None, exclude=before, names=frozenset({"bwrap", "unshare"}), wait_s=0.2)
     if done.returncode != 0:
         message = done.stderr.decode(errors="replace").strip().splitlines()
         return f"{launcher} failed: {message[-1] if message else f'exit status {done.returncode}'}"
@@ -249,7 +253,7 @@ def private_dirs() -> list[str]:
     """What a namespace level hides beside the temporary directories: ``PRIVATE_DIRS``, the
     trainer's home and working directory, and the project tree (module ``PRIVATE_DIRS``)."""
     dirs = [*PRIVATE_DIRS, os.path.expanduser("~"), os.getcwd(), project_tree()]
-    return [d for d in dirs if d and d != "/" and os.path.isdir(d) and not os.path.islink(d)]
+    return [d for d in dirs if d and d != "/"]  # "/": a home or working directory that is the root
 
 
 def mount_plan(interpreter: list[str], uid: int, work_root: str, readable: tuple[str, ...] = ()) -> MountPlan:

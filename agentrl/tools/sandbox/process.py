@@ -329,7 +329,7 @@ class SandboxProcess:
         if self.uid is not None:
             kill_user(self.uid)  # what left the group (setsid) where no PID namespace ends it
         if orphans_come_here:
-            reap_orphans(self._proc.pid, self.uid, exclude=self._proc.pid, family=family)
+            reap_orphans(self._proc.pid, self.uid, exclude=frozenset({self._proc.pid}), family=family)
         self._startup_output = self._read_stderr()
         if self.host_dir is not None:
             remove_tree(self.host_dir)

@@ -29,16 +29,25 @@ def inherits_orphans() -> bool:
     return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and bool(flag.value)
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process below ``pid`` now (``bwrap --new-session`` puts its own in a session of theirs)."""
-    children: dict[int, list[int]] = {}
+def _processes() -> list[tuple[int, str, str, int, int]]:
+    """Every process now: (pid, name, state, parent, session), from ``/proc/<pid>/stat``."""
+    found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
                 stat = f.read()
-        except OSError:
+        except OSError:  # it ended meanwhile
             continue
-        children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry))
+        state, ppid, _pgrp, sid = stat[stat.rindex(")") + 2 :].split()[:4]
+        found.append((int(entry), stat[stat.index("(") + 1 : stat.rindex(")")], state, int(ppid), int(sid)))
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` now (``bwrap --new-session`` puts its own in a session of theirs)."""
+    children: dict[int, list[int]] = {}
+    for child, _name, _state, parent, _sid in _processes():
+        children.setdefault(parent, []).append(child)
     found: set[int] = set()
     todo = [pid]
     while todo:
@@ -52,32 +61,28 @@ def descendants(pid: int) -> set[int]:
 def reap_orphans(
     session: int,
     uid: int | None,
-    exclude: int,
+    exclude: frozenset[int],
     family: frozenset[int] = frozenset(),
     names: frozenset[str] = frozenset(),
     wait_s: float = 0.5,
 ) -> int:
     """Reap this process's zombie children from a sandbox: in process session ``session`` (the
     launcher's), of ``uid``, in ``family`` (the launcher's descendants before the kill) or named one
-    of ``names`` (a probe's launcher, gone before its children could be listed), never ``exclude``
-    (the launcher, its ``Popen``'s to wait for). Waits up to ``wait_s`` for such children still
-    dying; how many were reaped."""
+    of ``names`` (a probe's launcher, gone before its children could be listed), never one in
+    ``exclude`` (the launcher, its ``Popen``'s to wait for; the children a probe found). Waits up to
+    ``wait_s`` for such children still dying; how many were reaped."""
     me, reaped = os.getpid(), 0
     deadline = time.monotonic() + wait_s
     while True:
         dying = False
-        for entry in filter(str.isdigit, os.listdir("/proc")):
-            pid = int(entry)
+        for pid, name, state, ppid, sid in _processes():
+            if ppid != me or pid in exclude:
+                continue
             try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                    stat = f.read()
-                owner = os.stat(f"/proc/{entry}").st_uid
+                owner = os.stat(f"/proc/{pid}").st_uid
             except OSError:  # it ended meanwhile
                 continue
-            state, ppid, _pgrp, sid = stat[stat.rindex(")") + 2 :].split()[:4]
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            ours = int(sid) == session or owner == uid or pid in family or name in names
-            if pid == exclude or int(ppid) != me or not ours:
+            if not (sid == session or owner == uid or pid in family or name in names):
                 continue
             if state != "Z":
                 dying = True  # killed, not yet a zombie
