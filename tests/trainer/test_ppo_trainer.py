@@ -109,31 +109,18 @@ def _trainer_state(path: Path) -> dict:
     return torch.load(path / "actor_training_state.pt", weights_only=False)
 
 
-# Two ranks per role under fsdp: a fresh cluster sized for them.
-FSDP = {
-    "resources.strategy": "fsdp",
-    "resources.actor_workers": 2,
-    "resources.critic_workers": 2,
-    "resources.num_cpus": 8,
-}
-# dp runs its roles in this process (the killed trainer too): what is tested is the checkpoint and
-# the resume, not Ray; fsdp's two ranks per role need Ray.
-STRATEGIES = [pytest.param({}, id="dp-in-process"), pytest.param(FSDP, id="fsdp-2-ranks")]
-# every run of the resume test checkpoints each step and dumps its trajectories
+# Every run of the resume tests checkpoints each step and dumps its trajectories. Their roles run
+# in this process (the killed trainer's too): what is tested is the driver's checkpoint and resume,
+# not Ray. The sharded state several fsdp ranks write and read back is tested on spawned ranks
+# (tests/workers/test_sharded_checkpoint.py), fsdp over Ray on two nodes (test_multi_node.py).
 CHECKPOINTED = {"trainer.save_freq": 1, "trainer.dump_trajectories": True}
 
 
-@pytest.fixture(scope="module", params=STRATEGIES)
-def strategy(request) -> dict:
-    return request.param
-
-
 @pytest.fixture(scope="module")
-def straight(search_world, tmp_path_factory, strategy) -> Path:
-    """The uninterrupted 3-step run of ``strategy``, what the resumed run must reproduce."""
-    no_ray()  # an fsdp run sizes its own cluster
+def straight(search_world, tmp_path_factory) -> Path:
+    """The uninterrupted 3-step run, what the resumed run must reproduce."""
     run_dir = tmp_path_factory.mktemp("straight") / "run"
-    run("ppo", search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy), in_process=not strategy)
+    run("ppo", search_world.overrides(run_dir, steps=3, **CHECKPOINTED), in_process=True)
     return run_dir
 
 
@@ -177,19 +164,18 @@ def _kill_while_writing_checkpoint_2(args: list[str], run_dir: Path, log: Path, 
 
 
 def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_one_as_the_uninterrupted_run(
-    search_world, tmp_path, strategy, straight
+    search_world, tmp_path, straight
 ):
-    no_ray()
     run_dir = tmp_path / "killed"
-    args = search_world.overrides(run_dir, steps=3, **CHECKPOINTED, **strategy)
-    _kill_while_writing_checkpoint_2(args, run_dir, tmp_path / "killed_trainer.log", in_process=not strategy)
+    args = search_world.overrides(run_dir, steps=3, **CHECKPOINTED)
+    _kill_while_writing_checkpoint_2(args, run_dir, tmp_path / "killed_trainer.log", in_process=True)
     manager = CheckpointManager(run_dir)
     assert [step for step, _ in manager.complete_checkpoints()] == [1]
     partial = run_dir / "checkpoints" / ".step_2.partial"
     assert partial.exists() and not (partial / "COMPLETE").exists()
 
     logged = len(read_metrics(run_dir))  # what the killed run logged: step 1, perhaps step 2
-    trainer, _, _ = run("ppo", args, in_process=not strategy)  # resume_mode=auto: from step 1
+    trainer, _, _ = run("ppo", args, in_process=True)  # resume_mode=auto: from step 1
     assert trainer.global_step == 3
     assert [step for step, _ in manager.complete_checkpoints()] == [2, 3]
     assert [r["step"] for r in read_metrics(run_dir)[logged:]] == [2, 3], "the resumed run logs steps 2, 3"
@@ -199,17 +185,14 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], msg=f"{key}: the resumed run ends elsewhere")
-    if not strategy:  # dp keeps the optimiser state in one file: compare it too
-        a = _trainer_state(manager.latest())["optimizer"]["state"]
-        b = _trainer_state(CheckpointManager(straight).latest())["optimizer"]["state"]
-        for key in a:
-            torch.testing.assert_close(a[key]["exp_avg"], b[key]["exp_avg"])
-            torch.testing.assert_close(a[key]["exp_avg_sq"], b[key]["exp_avg_sq"])
+    a = _trainer_state(manager.latest())["optimizer"]["state"]  # dp keeps it in one file
+    b = _trainer_state(CheckpointManager(straight).latest())["optimizer"]["state"]
+    for key in a:
+        torch.testing.assert_close(a[key]["exp_avg"], b[key]["exp_avg"])
+        torch.testing.assert_close(a[key]["exp_avg_sq"], b[key]["exp_avg_sq"])
     rows = read_metrics(straight)
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert all(r["rollout/logprob_diff"] < 1e-3 for r in rows), "engine and trainer weights must agree"
-    if strategy:  # fsdp: the engine's own copy is released after each rollout and streamed back
-        assert all(r["actor/engine_sleep_freed_mb"] > 0 and "actor/weight_sync_s" in r for r in rows)
 
 
 def test_a_run_drawing_its_rollout_ahead_killed_mid_run_resumes_and_redraws_the_batch_then_in_flight(
