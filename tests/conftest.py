@@ -19,6 +19,10 @@ from agentrl.ports import free_port
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# vLLM compiles its CPU sampler with torch.compile at its first generation (~18 s a process here,
+# ~45 s under the suite's load, measured); no test depends on those graphs, and agentrl compiles
+# nothing itself. Inherited by the processes the tests start.
+os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

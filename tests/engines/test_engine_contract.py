@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import logging
 
 import pytest
 import torch
@@ -293,3 +295,26 @@ def test_bad_input_is_rejected_with_a_clear_error(engine_factory):
         run(engine.generate([1, 2], {"max_new_tokens": 3}))
     with pytest.raises(ValueError, match="max_new_tokens"):
         SamplingParams(max_new_tokens=0)
+
+
+# Last in the module: it shuts down the module's async vLLM engine, whose fixture's own shutdown
+# after it is then the second call, a no-op (one engine start less, ~20 s on 2 cores).
+@pytest.mark.vllm
+@pytest.mark.slow  # the module's vLLM engine: started for the contract above, or here when run alone
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+def test_shutting_the_async_vllm_engine_down_reports_no_dead_engine_and_leaves_no_task_pending(
+    _vllm_async_engine, capfd, caplog
+):
+    engine = _vllm_async_engine
+    result = asyncio.run(engine.generate([5, 6, 7], SamplingParams(max_new_tokens=4, greedy=True)))
+    assert result.token_ids
+    loop = engine._loop  # the engine's own loop: what is still scheduled there after shutdown
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING):
+        engine.shutdown()
+    printed = capfd.readouterr()
+    said = printed.out + printed.err + caplog.text
+    assert "EngineDeadError" not in said
+    assert "Task was destroyed" not in said
+    assert not asyncio.all_tasks(loop), "tasks left pending on the engine's loop"
+    engine.shutdown()  # a second call is a no-op
