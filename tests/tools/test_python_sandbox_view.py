@@ -92,3 +92,38 @@ def test_readable_paths_must_be_absolute_and_exist():
         SandboxOptions(readable_paths=["data"])
     with pytest.raises(ValueError, match="readable_paths: '/nonexistent-agentrl' does not exist"):
         SandboxOptions(readable_paths=["/nonexistent-agentrl"])
+
+
+# what a fresh /dev may hold: bubblewrap's --dev, or the unshare level's own (repl.own_dev)
+MINIMAL_DEV = {"null", "zero", "full", "random", "urandom", "tty", "fd", "stdin", "stdout", "stderr"}
+MINIMAL_DEV |= {"shm", "pts", "ptmx", "core"}  # bubblewrap's own additions
+
+
+@pytest.mark.parametrize("level", NAMESPACE_LEVELS)
+def test_dev_holds_only_the_minimal_devices_and_they_work(level, work_root):
+    code = (
+        "import json, os\n"
+        "with open('/dev/null', 'w') as f: f.write('x')\n"
+        "print(json.dumps([sorted(os.listdir('/dev')), len(open('/dev/urandom', 'rb').read(8))]))"
+    )
+    (out,) = run_session(make(level, work_root), code)
+    listed, random_bytes = json.loads(out)
+    host = set(os.listdir("/dev"))
+    assert set(listed) <= MINIMAL_DEV, f"devices of the host in the sandbox: {set(listed) - MINIMAL_DEV}"
+    assert host - MINIMAL_DEV, "this host's /dev has nothing beyond the minimal set: the test shows nothing"
+    assert {"null", "urandom", "stdout"} <= set(listed) and random_bytes == 8
+
+
+def test_at_audit_the_guard_refuses_reading_what_the_namespace_levels_hide(work_root, home_file):
+    # no mount namespace at audit: the files are there, and the hook refuses opening them (a hurdle)
+    hidden = [str(home_file / "token"), str(REPO / "pyproject.toml"), os.path.join(os.getcwd(), "README.md")]
+    code = (
+        "import json\nseen = []\n"
+        f"for path in {hidden!r} + [{str(home_file / 'data' / 'table.csv')!r}]:\n"
+        "    try:\n        seen.append(open(path).read()[:3])\n"
+        "    except PermissionError as e:\n        seen.append('refused' if 'hides' in str(e) else str(e))\n"
+        "print(json.dumps(seen))"
+    )
+    tool = make("audit", work_root, readable_paths=[str(home_file / "data")])
+    (out,) = run_session(tool, code)
+    assert json.loads(out) == ["refused", "refused", "refused", "a,b"]

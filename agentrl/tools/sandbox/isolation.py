@@ -5,7 +5,9 @@ Four levels, strongest first (``auto`` takes the first one that works on this ma
 * ``bwrap``: bubblewrap, when on ``PATH``: fresh network, PID, IPC and UTS namespaces (no
   network at all: a connect, even to the host's loopback, fails), the whole filesystem
   read-only but the session's working directory, a fresh ``/dev`` and ``/proc``, the sandbox
-  ended when its host dies (``--die-with-parent``);
+  ended when its host dies (``--die-with-parent``); the interpreter is the namespace's PID 1
+  (``--as-pid-1``: bubblewrap's own init reports its child's exit before it is reaped, and its
+  launcher then exits and orphans it);
 * ``unshare``: the same namespaces through util-linux's ``unshare`` (as root, or inside a
   user namespace of its own otherwise); the interpreter sets up the mounts itself
   (``repl.setup_mounts``);
@@ -31,8 +33,6 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
-
-from agentrl.tools.sandbox.reaping import descendants, inherits_orphans, reap_orphans
 
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("repl.py"))
@@ -99,29 +99,14 @@ def _probe(level: str) -> str | None:
             return f"{launcher} is not on PATH"
     launcher = launchers[0]
     if level == "bwrap":
-        argv = [
-            _which("bwrap"),
-            "--ro-bind",
-            "/",
-            "/",
-            "--unshare-net",
-            "--unshare-pid",
-            "--die-with-parent",
-            "true",
-        ]
+        argv = [_which("bwrap"), "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--as-pid-1"]
+        argv += ["--die-with-parent", "true"]
     else:
         argv = [*_unshare(), *_userns(), *NAMESPACES, "true"]
-    # a PID 1 trainer inherits the launcher's namespace child; a session's launcher already among
-    # its children is its Popen's to wait for, never the probe's to reap
-    orphans_come_here = inherits_orphans()
-    before = frozenset(descendants(os.getpid())) if orphans_come_here else frozenset()
-    try:
+    try:  # each launcher reaps its child before it exits: nothing is orphaned to us
         done = subprocess.run(argv, capture_output=True, timeout=30, env=base_env("/"), check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{launcher} failed: {exc}"
-    finally:
-        if orphans_come_here:
-            reap_orphans(-1, None, exclude=before, names=frozenset({"bwrap", "unshare"}), wait_s=0.2)
     if done.returncode != 0:
         message = done.stderr.decode(errors="replace").strip().splitlines()
         return f"{launcher} failed: {message[-1] if message else f'exit status {done.returncode}'}"
@@ -268,10 +253,13 @@ def mount_plan(interpreter: list[str], uid: int, work_root: str, readable: tuple
 
 @dataclass(frozen=True)
 class Launch:
-    """How to start one interpreter: the command and the script's settings (``repl.main``)."""
+    """How to start one interpreter: the command, its environment, and how many generations below
+    the command's process the interpreter runs (1: the command is the interpreter's script, its
+    reaper; 2: a launcher whose child is the reaper), which ``teardown.end_sandbox`` reads."""
 
     argv: list[str]
     env: dict[str, str]
+    depth: int = 1
 
 
 @dataclass(frozen=True)
@@ -298,11 +286,12 @@ def launch(setup: SandboxSetup, workdir: str, user: tuple[int, int] | None) -> L
         "env": base_env(workdir),
         "guard": level == "audit",
         "seccomp": level != "none",  # repl.install_seccomp
-        "reaper": level == "unshare",
         "drop_caps": level == "unshare" and os.geteuid() != 0,
         "parent": os.getpid() if level in ("audit", "none") else None,  # it dies with us
         "chown_workdir": level == "bwrap" and user is not None,
     }
+    if level == "audit":  # no mount namespace: the guard refuses reading what the others hide
+        config["hidden"] = {"cover": setup.plan.cover, "keep": setup.plan.keep}
     if level == "unshare":
         config["mounts"] = {
             "cover": setup.plan.cover,
@@ -315,7 +304,7 @@ def launch(setup: SandboxSetup, workdir: str, user: tuple[int, int] | None) -> L
         command = [*_bwrap_arguments(workdir, user, setup.plan, limits.workdir_mb), "--", *command]
     elif level == "unshare":
         command = [*_unshare(), *_userns(), *NAMESPACES, "--", *command]
-    return Launch(command, base_env(workdir))
+    return Launch(command, base_env(workdir), depth=2 if level in ("bwrap", "unshare") else 1)
 
 
 def _bwrap_arguments(
@@ -333,7 +322,7 @@ def _bwrap_arguments(
     args += ["--size", str(workdir_mb << 20), "--perms", "0700", "--tmpfs", workdir]
     for top in plan.cover:  # the covers themselves read-only; what is bound into them keeps its mode
         args += ["--remount-ro", top]
-    args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--as-pid-1"]
     args += ["--die-with-parent", "--new-session", "--chdir", workdir]
     if user is not None:  # root: the interpreter needs these to give itself the working directory and drop
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_CHOWN"]

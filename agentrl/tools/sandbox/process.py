@@ -10,11 +10,11 @@ follow the reply, every field must have its type, and the output cap is applied 
 (``checked_reply``). A forged frame can then change only its own call's message (the code's to
 say anyway), never the next call's, never past the cap, and never raise: the session ends and
 the call's message says why. ``end`` (idempotent, safe
-from any thread, also while a call waits) kills the process group and, given the session's
-uid, every process of that uid, reaps the launcher and removes the working directory
-where it is on the host (``audit``, ``none``; at ``bwrap`` and ``unshare`` it is a tmpfs of
-the sandbox's own, gone with it). The
-PID namespace of the ``bwrap`` and ``unshare`` levels takes everything else down with it.
+from any thread, also while a call waits) ends the sandbox under its launcher and then the
+launcher, so that no process is orphaned to the host (``teardown.end_sandbox``), then, given the
+session's uid, every process of that uid, and removes the working directory where it is on the
+host (``audit``, ``none``; at ``bwrap`` and ``unshare`` it is a tmpfs of the sandbox's own, gone
+with it).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 from agentrl.tools.sandbox.isolation import Launch, SandboxLimits
 from agentrl.tools.sandbox.pool import kill_user
-from agentrl.tools.sandbox.reaping import descendants, inherits_orphans, reap_orphans
+from agentrl.tools.sandbox.teardown import end_sandbox
 
 HEADER_SIZE = 8
 
@@ -191,6 +191,7 @@ class SandboxProcess:
         self.host_dir, self.uid = host_dir, uid
         self.max_reply_bytes = 18 * limits.max_output_bytes + (1 << 20)  # three texts, JSON-escaped
         self.max_output_bytes = limits.max_output_bytes
+        self.depth = launch.depth
         self._lock = threading.Lock()
         self._ended = self._busy = False
         self._startup_output = ""
@@ -319,17 +320,9 @@ class SandboxProcess:
                 return
             self._ended = True
             busy = self._busy
-        # a trainer that is PID 1 inherits the sandbox's orphans: note them now, reap them below
-        orphans_come_here = inherits_orphans()
-        family = frozenset(descendants(self._proc.pid)) if orphans_come_here else frozenset()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):  # then it is the kernel's, not ours
-            self._proc.wait(timeout=10)
+        end_sandbox(self._proc, self.depth)
         if self.uid is not None:
-            kill_user(self.uid)  # what left the group (setsid) where no PID namespace ends it
-        if orphans_come_here:
-            reap_orphans(self._proc.pid, self.uid, exclude=frozenset({self._proc.pid}), family=family)
+            kill_user(self.uid)  # a backstop: nothing of the session's uid may outlive it
         self._startup_output = self._read_stderr()
         if self.host_dir is not None:
             remove_tree(self.host_dir)

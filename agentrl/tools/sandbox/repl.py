@@ -1,3 +1,5 @@
+# long: one unit by necessity: the sandbox runs this file alone, as a script under any Python, so
+# it imports the standard library only and cannot be split into modules of its own
 """The interpreter inside the sandbox: set the sandbox up, then run code chunks in one namespace.
 
 This file runs as a script (``python -I repl.py CONFIG_JSON``) in the process the
@@ -5,8 +7,10 @@ host started for one session (``process.py``), inside whatever isolation the hos
 chose (``isolation.py``). It imports the standard library only, so it runs under any Python.
 In order, before any of the policy's code runs:
 
-1. **mounts** (``unshare`` level only; bubblewrap does its own): an empty tmpfs over each
-   directory of the host's ``isolation.MountPlan`` (``/tmp`` and the other shared temporary
+1. **mounts** (``unshare`` level only; bubblewrap does its own): a ``/dev`` of its own (a tmpfs
+   holding ``null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty`` bound from the
+   host's and the ``fd``/``std*`` links: none of the host's other devices), an empty tmpfs over
+   each directory of the host's ``isolation.MountPlan`` (``/tmp`` and the other shared temporary
    directories, the directory of every session's working directory, any directory the
    sandbox user cannot enter on the way to the interpreter, such as ``/root`` above a
    pyenv), the interpreter's own directories bound back into them, the working directory a
@@ -18,12 +22,17 @@ In order, before any of the policy's code runs:
 3. **privileges**: from root to the session's own uid/gid, no groups, no capabilities (or, as
    root of a user namespace mapping one uid, every capability dropped and root's special
    treatment on ``exec`` off); ``no_new_privs``; a parent-death signal (it dies with the host);
-4. **reaper** (when this process is PID 1 of a fresh PID namespace): it forks; PID 1 only
-   reaps orphans (whose zombies would count against ``RLIMIT_NPROC``) and exits with the
-   interpreter, which ends every process left in the namespace;
+4. **reaper** (every level): it forks, and the parent only reaps: as PID 1 of the sandbox's PID
+   namespace (``bwrap``, ``unshare``) its exit ends every process left there; without one
+   (``audit``, ``none``) it is a child subreaper, so the interpreter's orphans come to it, and
+   when the interpreter ends it kills and reaps them before it exits. Either way no process of
+   the sandbox is ever orphaned to the host: the host ends a session by killing what runs under
+   this reaper, which then exits for its launcher to reap (``teardown.py``);
 5. **guard** (``audit`` level only): an audit hook that refuses sockets, subprocesses, fork,
-   ``ctypes``, signals to other processes, writes outside the working directory and reads of
-   other sessions' directories.
+   ``ctypes``, signals to other processes, writes outside the working directory, reads of
+   other sessions' directories and of what the namespace levels hide (the plan's covers: homes,
+   ``/run``, the temporary directories, the trainer's directory and the project tree, but the
+   interpreter's own directories and ``readable_paths``).
 
 Then it answers frames on its stdin/stdout (an 8-byte big-endian length, then JSON):
 ``{"code": ..., "nonce": ...}`` → ``{"output", "output_bytes", "value", "error", "limit", "nonce"}``.
@@ -34,13 +43,12 @@ file, so a subprocess's output lands in order with ``print``'s; only the first
 ``CPUTimeExceeded``. The host enforces the wall time by killing the process. End of input ends
 the interpreter.
 """
-# long: one unit by necessity: the sandbox runs this file alone, as a script under any Python, so
-# it imports the standard library only and cannot be split into modules of its own
 
 from __future__ import annotations
 
 import ast
 import codecs
+import contextlib
 import ctypes
 import io
 import json
@@ -68,6 +76,15 @@ MOUNT_FLAGS = {
     "relatime": MS_RELATIME,
 }
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_SECUREBITS = 1, 38, 24, 28
+PR_SET_CHILD_SUBREAPER = 36
+# the devices a sandbox's own /dev holds, bound from the host's (none of its disks, GPUs, kmsg, fuse)
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_LINKS = {
+    "fd": "/proc/self/fd",
+    "stdin": "/proc/self/fd/0",
+    "stdout": "/proc/self/fd/1",
+    "stderr": "/proc/self/fd/2",
+}
 SECBIT_NOROOT_ALL = 0x3F  # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS-off, each with its lock bit
 
 
@@ -103,10 +120,24 @@ def _mount_points() -> list[tuple[str, list[str]]]:
     return points
 
 
+def own_dev() -> None:
+    """A tmpfs over ``/dev`` with ``DEVICES`` bound from the host's and ``DEV_LINKS``."""
+    nodes = [(name, os.open(f"/dev/{name}", os.O_PATH)) for name in DEVICES if os.path.exists(f"/dev/{name}")]
+    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
+    for name, fd in nodes:
+        with open(f"/dev/{name}", "w"):  # the mount point: a file, as the node is one
+            pass
+        _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
+        os.close(fd)
+    for name, target in DEV_LINKS.items():
+        os.symlink(target, f"/dev/{name}")
+
+
 def setup_mounts(mounts: dict, user: list[int] | None) -> None:
     """Step 1 of the module docstring (we are root of this mount namespace)."""
     workdir = mounts["workdir"]
     kept = [(path, os.open(path, os.O_PATH)) for path in mounts["keep"]]  # held: the covers hide them
+    own_dev()  # first: a cover under /dev (/dev/shm) is made inside it
     for top in mounts["cover"]:  # outer first; an inner one is made inside the outer's tmpfs
         os.makedirs(top, exist_ok=True)
         _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
@@ -117,9 +148,12 @@ def setup_mounts(mounts: dict, user: list[int] | None) -> None:
     os.makedirs(workdir, exist_ok=True)
     owner = f",uid={user[0]},gid={user[1]}" if user else ""
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, f"size={mounts['workdir_mb']}m,mode=0700{owner}")
-    for point, options in reversed(_mount_points()):  # children first
-        if point == workdir:
+    done = {workdir}
+    for point, options in reversed(_mount_points()):  # children first, the topmost of a point first
+        # a mount hidden under a new one (the host's /dev/pts) is reached by no path: leave it
+        if point in done or not os.path.lexists(point):
             continue
+        done.add(point)
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY
         for option in options:  # a bind remount must keep the flags it had
             flags |= MOUNT_FLAGS.get(option, 0)
@@ -158,19 +192,43 @@ def drop_privileges(user: list[int] | None, drop_caps: bool) -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
 
 
+def children_of_self() -> list[int]:
+    """This process's children now (it has one thread: the reaper's)."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children", encoding="ascii") as f:
+            return [int(pid) for pid in f.read().split()]
+    except OSError:
+        return []
+
+
 def become_reaped_child(channel: tuple[int, int]) -> None:
-    """Step 4 of the module docstring: return in the child; PID 1 never returns."""
+    """Step 4 of the module docstring: return in the child; the reaper never returns."""
+    namespace_init = os.getpid() == 1
+    if not namespace_init:  # the interpreter's orphans come to us, not to the host's init
+        _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+    reaper = os.getpid()
     child = os.fork()
-    if child:
-        for fd in (0, 1, 2, *channel):
-            os.close(fd)
-        while True:
-            try:
-                pid, status = os.wait()
-            except ChildProcessError:
-                os._exit(0)
-            if pid == child:  # a signal N as status 128 + N, as a shell reports it
-                code = os.waitstatus_to_exitcode(status)
+    if not child:
+        # the parent-death signal is not inherited: die with the reaper, as it dies with the host
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+        if os.getppid() != reaper:
+            os._exit(1)  # the reaper died before the line above
+        return
+    for fd in (0, 1, 2, *channel):
+        os.close(fd)
+    code = None
+    while True:
+        if code is not None and not namespace_init:  # the interpreter is gone: so is what it left
+            for pid in children_of_self():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:  # nothing left: a signal N as status 128 + N, as a shell reports it
+            os._exit(0 if code is None else 128 - code if code < 0 else code)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            if namespace_init:  # our exit ends every process left in the namespace
                 os._exit(128 - code if code < 0 else code)
 
 
@@ -248,8 +306,9 @@ def install_seccomp() -> bool:
     return True
 
 
-def install_guard(workdir: str, work_root: str) -> None:
-    """Step 5 of the module docstring: refusals inside this interpreter, a hurdle rather than a wall."""
+def install_guard(workdir: str, work_root: str, hidden: dict) -> None:
+    """Step 5 of the module docstring: refusals inside this interpreter, a hurdle rather than a wall.
+    ``hidden``: the mount plan's ``cover`` and ``keep`` lists, which the namespace levels mount."""
     refused = {
         "socket.__new__", "socket.connect", "socket.bind", "subprocess.Popen", "os.system",
         "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "ctypes.dlopen",
@@ -262,6 +321,8 @@ def install_guard(workdir: str, work_root: str) -> None:
     }  # fmt: skip
     write_bits = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     inside = os.path.join(workdir, "")
+    covers = [os.path.join(top, "") for top in hidden["cover"]]
+    shown = [os.path.join(path, "") for path in (*hidden["keep"], workdir)]
 
     def within(path: object, root: str) -> bool:
         if isinstance(path, int):
@@ -283,6 +344,8 @@ def install_guard(workdir: str, work_root: str) -> None:
                 raise PermissionError(f"the sandbox refuses writing outside {workdir}: {path}")
             if within(path, os.path.join(work_root, "")) and not within(path, inside):
                 raise PermissionError(f"the sandbox refuses reading other sessions' files: {path}")
+            if any(within(path, top) for top in covers) and not any(within(path, p) for p in shown):
+                raise PermissionError(f"the sandbox refuses reading what it hides: {path}")
         if event in paths_written:
             for path in args:
                 if isinstance(path, (str, bytes, os.PathLike)) and not within(path, inside):
@@ -458,8 +521,7 @@ def main(config: dict) -> None:
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
     if config.get("parent") and os.getppid() != config["parent"]:
         os._exit(1)  # the host died before the line above
-    if config.get("reaper"):
-        become_reaped_child((requests, replies))
+    become_reaped_child((requests, replies))
     os.chdir(config["workdir"])
     os.environ.clear()
     os.environ.update(config["env"])
@@ -467,7 +529,7 @@ def main(config: dict) -> None:
     interpreter = Interpreter(config["limits"]["cpu_time_s"], config["limits"]["max_output_bytes"])
     filtered = config.get("seccomp") and install_seccomp()  # after the interpreter's own memfd
     if config.get("guard"):
-        install_guard(config["workdir"], config["work_root"])
+        install_guard(config["workdir"], config["work_root"], config["hidden"])
     write_frame(replies, {"ready": True, "pid": os.getpid(), "uid": os.getuid(), "seccomp": bool(filtered)})
     while (request := read_frame(requests)) is not None:
         # the call's nonce back with its reply: the host takes no other frame as this call's answer
