@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from agentrl.tools.sandbox.cgroup import SessionCgroup, join_command
+
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("repl.py"))
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable, full of other programs' files
@@ -275,8 +277,11 @@ class SandboxSetup:
     plan: MountPlan
 
 
-def launch(setup: SandboxSetup, workdir: str, user: tuple[int, int] | None) -> Launch:
-    """The command that starts one interpreter of ``setup`` in ``workdir``, as ``user`` when given."""
+def launch(
+    setup: SandboxSetup, workdir: str, user: tuple[int, int] | None, cgroup: SessionCgroup | None = None
+) -> Launch:
+    """The command that starts one interpreter of ``setup`` in ``workdir``, as ``user`` when given,
+    every process of it in ``cgroup`` when given (it joins before the launcher runs)."""
     level, limits = setup.level, setup.limits
     config: dict[str, Any] = {
         "workdir": workdir,
@@ -304,6 +309,8 @@ def launch(setup: SandboxSetup, workdir: str, user: tuple[int, int] | None) -> L
         command = [*_bwrap_arguments(workdir, user, setup.plan, limits.workdir_mb), "--", *command]
     elif level == "unshare":
         command = [*_unshare(), *_userns(), *NAMESPACES, "--", *command]
+    if cgroup is not None:  # the shell execs the launcher: the depths below are the same
+        command = join_command(cgroup, command)
     return Launch(command, base_env(workdir), depth=2 if level in ("bwrap", "unshare") else 1)
 
 

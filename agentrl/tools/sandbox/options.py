@@ -27,6 +27,8 @@ DESCRIPTION = (
 )
 DEFAULT_UID_BASE = 2_100_000_000  # far from system, user and container (subuid) ranges
 ISOLATIONS = ("auto", *LEVELS)
+# memory_cgroup: a session's memory cgroup where one can be made, always (else refuse to start), never
+MEMORY_CGROUP = ("auto", "require", "off")
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,10 @@ class SandboxOptions(SandboxLimits):
     First the limits of one interpreter, ``SandboxLimits``'s fields (``wall_time_s`` …
     ``workdir_mb``; its checks, and ``limits`` as that value alone); then the schema's
     ``max_code_chars``; the pool (``max_interpreters``, each waited for at most
-    ``queue_timeout_s`` and started within ``start_timeout_s``); the isolation (``isolation``,
-    ``allow_unisolated``), the interpreter (``python``, None: the trainer's) and where working
+    ``queue_timeout_s`` and started within ``start_timeout_s``); the memory of a whole session
+    (``session_memory_mb``, None: ``memory_mb``) and whether a cgroup must bound it
+    (``memory_cgroup``); the isolation (``isolation``, ``allow_unisolated``), the interpreter
+    (``python``, None: the trainer's) and where working
     directories live (``work_root``); as root, the uids (``uid_base``, ``uid_count``, claimed in
     ``uid_lock_dir``); the dispatcher's bound (``timeout_s``, None: derived); the paths the code may
     read inside what a namespace level hides (``readable_paths``); ``name`` and ``description`` of
@@ -48,6 +52,8 @@ class SandboxOptions(SandboxLimits):
     max_interpreters: int = 16
     queue_timeout_s: float = 60.0
     start_timeout_s: float = 20.0
+    session_memory_mb: int | None = None
+    memory_cgroup: str = "auto"
     isolation: str = "auto"
     allow_unisolated: bool = False
     python: str | None = None
@@ -82,6 +88,13 @@ class SandboxOptions(SandboxLimits):
                 f"{WHERE}: isolation must be 'auto' or one of {LEVELS}, got {self.isolation!r}"
                 + did_you_mean(self.isolation, ISOLATIONS)
             )
+        if self.memory_cgroup not in MEMORY_CGROUP:
+            raise ValueError(
+                f"{WHERE}: memory_cgroup must be one of {MEMORY_CGROUP}, got {self.memory_cgroup!r}"
+                + did_you_mean(self.memory_cgroup, MEMORY_CGROUP)
+            )
+        if self.session_memory_mb is not None and self.session_memory_mb < 32:
+            raise ValueError(f"{WHERE}: session_memory_mb must be >= 32, got {self.session_memory_mb!r}")
         at_least = {"max_code_chars": 1, "max_interpreters": 1, "uid_count": 1, "queue_timeout_s": 0}
         for name, least in at_least.items():
             if getattr(self, name) < least:
@@ -97,6 +110,12 @@ class SandboxOptions(SandboxLimits):
     def limits(self) -> SandboxLimits:
         """What one interpreter may use: the limits' fields alone, as the interpreter receives them."""
         return SandboxLimits(**{f.name: getattr(self, f.name) for f in fields(SandboxLimits)})
+
+    @property
+    def session_memory_bytes(self) -> int:
+        """What one session's processes and files may hold together: ``session_memory_mb``, else
+        ``memory_mb``."""
+        return (self.session_memory_mb or self.memory_mb) << 20
 
     @property
     def lock_dir(self) -> str:

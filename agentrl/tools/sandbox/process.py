@@ -35,6 +35,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+from agentrl.tools.sandbox.cgroup import SessionCgroup
 from agentrl.tools.sandbox.isolation import Launch, SandboxLimits
 from agentrl.tools.sandbox.pool import kill_user
 from agentrl.tools.sandbox.teardown import end_sandbox
@@ -184,11 +185,19 @@ def checked_reply(reply: dict[str, Any], nonce: str, cap: int) -> dict[str, Any]
 class SandboxProcess:
     """A started interpreter; see the module docstring."""
 
-    def __init__(self, launch: Launch, host_dir: str | None, uid: int | None, limits: SandboxLimits) -> None:
+    def __init__(
+        self,
+        launch: Launch,
+        host_dir: str | None,
+        uid: int | None,
+        limits: SandboxLimits,
+        memory: SessionCgroup | None = None,
+    ) -> None:
         """``host_dir``: the working directory on the host's filesystem, removed at the end
         (None where it is a tmpfs inside the sandbox, which goes with it); ``uid``: the session's,
-        whose processes ``end`` kills; ``limits``: the interpreter's, which bound a reply's size."""
-        self.host_dir, self.uid = host_dir, uid
+        whose processes ``end`` kills; ``limits``: the interpreter's, which bound a reply's size;
+        ``memory``: the session's cgroup, removed at the end, which says when its limit killed."""
+        self.host_dir, self.uid, self.memory = host_dir, uid, memory
         self.max_reply_bytes = 18 * limits.max_output_bytes + (1 << 20)  # three texts, JSON-escaped
         self.max_output_bytes = limits.max_output_bytes
         self.depth = launch.depth
@@ -200,6 +209,8 @@ class SandboxProcess:
         except OSError as exc:
             if host_dir is not None:
                 remove_tree(host_dir)
+            if memory is not None:
+                memory.remove(wait_s=0)
             raise SandboxStartError(f"cannot start {launch.argv[0]!r}: {exc}") from exc
 
     @property
@@ -300,7 +311,11 @@ class SandboxProcess:
             returncode = self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             returncode = None
+        out_of_memory = self.memory is not None and self.memory.oom_kills() > 0
         self.end()
+        if out_of_memory:
+            limit = self.memory.limit_bytes >> 20  # type: ignore[union-attr]
+            return InterpreterGone(f"was killed by the kernel at the session's memory limit of {limit} MB")
         return InterpreterGone(describe_exit(returncode))
 
     def _read_stderr(self) -> str:
@@ -323,6 +338,8 @@ class SandboxProcess:
         end_sandbox(self._proc, self.depth)
         if self.uid is not None:
             kill_user(self.uid)  # a backstop: nothing of the session's uid may outlive it
+        if self.memory is not None:
+            self.memory.remove()
         self._startup_output = self._read_stderr()
         if self.host_dir is not None:
             remove_tree(self.host_dir)

@@ -36,6 +36,7 @@ from typing import Any
 
 from agentrl.tools.base import ToolError, ToolResult
 from agentrl.tools.rules import check_options
+from agentrl.tools.sandbox.cgroup import MemoryCgroups, find_memory_cgroups
 from agentrl.tools.sandbox.isolation import (
     SandboxSetup,
     SandboxUnavailable,
@@ -130,6 +131,7 @@ class PythonSandboxTool:
         chosen = choose_isolation(options.isolation, options.allow_unisolated)
         self.isolation, self.isolation_detail = chosen.level, chosen.detail
         self.python = python_of(options.python)
+        self.cgroups, self.cgroups_detail = self._memory_cgroups(options)
         self.work_root = prepare_work_root(options.work_root_or_default)
         self.pool = InterpreterPool(options)
         sandbox_uid = options.uid_base if self.pool.as_root else os.geteuid()
@@ -161,6 +163,18 @@ class PythonSandboxTool:
         weak = self.isolation in ("audit", "none")
         logger.log(logging.WARNING if weak else logging.INFO, "%s", self.describe())
 
+    @staticmethod
+    def _memory_cgroups(options: SandboxOptions) -> tuple[MemoryCgroups | None, str]:
+        """Where sessions' memory cgroups are made (``options.memory_cgroup``), and why not when not."""
+        if options.memory_cgroup == "off":
+            return None, "memory_cgroup=off"
+        found = find_memory_cgroups()
+        if isinstance(found, MemoryCgroups):
+            return found, f"cgroup v{found.version}"
+        if options.memory_cgroup == "require":
+            raise SandboxUnavailable(f"python sandbox: memory_cgroup='require', but no cgroup here: {found}")
+        return None, found
+
     def _check_reachable(self, interpreter: list[str], uid: int) -> None:
         tops = ", ".join(unreadable_tops(interpreter, uid))
         if self.isolation in ("audit", "none") and tops:
@@ -182,11 +196,17 @@ class PythonSandboxTool:
             if self.pool.as_root
             else "the host's uid"
         )
+        session = (
+            f"{self.options.session_memory_bytes >> 20} MB a session ({self.cgroups_detail})"
+            if self.cgroups is not None
+            else f"no memory cgroup ({self.cgroups_detail})"
+        )
         return (
             f"python sandbox: isolation={self.isolation} ({self.isolation_detail}); per call "
-            f"{lim.wall_time_s:g} s wall, {lim.cpu_time_s:g} s CPU; {lim.memory_mb} MB memory, "
-            f"{lim.processes} processes, {lim.file_size_mb} MB per file, {lim.open_files} open files, "
-            f"{lim.max_output_bytes} bytes of output; at most {self.pool.size} interpreters; runs as {who}"
+            f"{lim.wall_time_s:g} s wall, {lim.cpu_time_s:g} s CPU; {lim.memory_mb} MB memory a process, "
+            f"{session}, {lim.processes} processes, {lim.file_size_mb} MB per file, {lim.open_files} open "
+            f"files, {lim.max_output_bytes} bytes of output; at most {self.pool.size} interpreters; "
+            f"runs as {who}"
         )
 
     async def open_session(self) -> PythonSession:
@@ -218,7 +238,12 @@ class PythonSandboxTool:
             workdir, host_dir = os.path.join(self.work_root, f"s{os.getpid()}-{next(self._names)}"), None
         else:
             workdir = host_dir = make_workdir(self.work_root, user)
-        return SandboxProcess(launch(self.setup, workdir, user), host_dir, slot.uid, self.limits)
+        try:
+            memory = None if self.cgroups is None else self.cgroups.make(self.options.session_memory_bytes)
+        except OSError as exc:
+            raise SandboxStartError(f"cannot make the session's memory cgroup: {exc}") from exc
+        command = launch(self.setup, workdir, user, memory)
+        return SandboxProcess(command, host_dir, slot.uid, self.limits, memory)
 
 
 class PythonSession:
