@@ -1,6 +1,7 @@
 """No zombie is left by the sandbox, whatever the trainer's PID: a trainer that is PID 1 (a container
-without an init), and one whose PID 1 never reaps (an init that only waits for its own child), at
-every level, ``none`` included, with processes that leave the interpreter's session."""
+without an init), and one whose PID 1 never reaps (an init that only waits for its own child), root's
+or an ordinary user's, at every level, ``none`` included, with processes that leave the interpreter's
+session."""
 
 from __future__ import annotations
 
@@ -9,22 +10,29 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from agentrl.tools.sandbox.tool import DEFAULT_UID_BASE
 from tests.tools.test_python_sandbox import LEVELS, REPO, python_for
+from tests.tools.test_python_sandbox_user import python_for_user
 
 # Runs as PID 1 of a fresh PID namespace. "pid1": it is the trainer; "under": it starts the trainer
-# as its child and waits for that child alone, as an init that reaps nothing else. The trainer runs
-# eight sessions at each level given, each starting a process of a session of its own where the level
-# allows subprocesses; then every zombie left in the namespace (pid, parent, uid), by level, is
-# printed as JSON.
+# as its child and waits for that child alone, as an init that reaps nothing else (the child, given
+# a user, runs this file again as that user, in mode "train"). The trainer runs eight sessions at
+# each level given, each starting a process of a session of its own where the level allows
+# subprocesses; then every zombie left in the namespace (pid, parent, uid), by level, is printed as
+# JSON.
 IN_A_PID_NAMESPACE = textwrap.dedent(
     """
     import asyncio, json, os, sys, tempfile, time
     from agentrl.tools.sandbox.tool import PythonSandboxTool
+
+    ORPHAN = "import subprocess; subprocess.Popen(['sleep', '60'], start_new_session=True); print('ok')"
 
     def zombies():
         found = []
@@ -49,7 +57,6 @@ IN_A_PID_NAMESPACE = textwrap.dedent(
                 uid_base=uid_base,
                 allow_unisolated=level == "none",
             )
-            # where subprocesses are allowed, one that leaves the interpreter's session and group
             code = "print('ok')" if level == "audit" else ORPHAN
 
             async def sessions():
@@ -61,9 +68,13 @@ IN_A_PID_NAMESPACE = textwrap.dedent(
             asyncio.run(sessions())
             report(level)
 
-    ORPHAN = "import subprocess; subprocess.Popen(['sleep', '60'], start_new_session=True); print('ok')"
-    assert os.getpid() == 1
     mode, levels, uid_base = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+    user = json.loads(sys.argv[4])  # null (root), or [uid, the Python it runs, its environment]
+    if mode == "train":
+        into = int(sys.argv[5])
+        train(levels, uid_base, lambda level: os.write(into, (level + "\\n").encode()))
+        sys.exit(0)
+    assert os.getpid() == 1
     report = {}
     if mode == "pid1":
         train(levels, uid_base, lambda level: report.update({level: zombies()}))
@@ -72,9 +83,18 @@ IN_A_PID_NAMESPACE = textwrap.dedent(
         trainer = os.fork()
         if trainer == 0:
             os.close(out)
-            done = lambda level: os.write(into, (level + "\\n").encode())  # a level's sessions ended
-            train(levels, uid_base, done)
-            os._exit(0)
+            if user is None:
+                train(levels, uid_base, lambda level: os.write(into, (level + "\\n").encode()))
+                os._exit(0)
+            uid, python, env = user
+            home = tempfile.mkdtemp()
+            os.chown(home, uid, uid)
+            os.set_inheritable(into, True)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            argv = [python, __file__, "train", sys.argv[2], sys.argv[3], "null", str(into)]
+            os.execve(python, argv, {**env, "HOME": home, "PATH": os.environ["PATH"]})
         os.close(into)
         with os.fdopen(out) as finished:
             for line in finished:  # a level's sessions are over: its zombies, if any, are ours now
@@ -85,17 +105,40 @@ IN_A_PID_NAMESPACE = textwrap.dedent(
     print(json.dumps(report))
     """
 )
+USER_UID = 2_098_000_000 + os.getpid() % 100_000  # an ordinary user's trainer, below the sandbox's uids
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A directory any user may read (pytest's own are root's, 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="agentrl-pid1-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="a PID namespace needs root")
-@pytest.mark.parametrize("mode", ["pid1", "under"], ids=["the-trainer-is-pid-1", "pid-1-never-reaps"])
-def test_eight_sessions_at_every_level_leave_no_zombie_whatever_the_trainers_pid(mode):
-    pythons = {level: python_for(level) for level in [*LEVELS, "none"]}
+@pytest.mark.parametrize(
+    "mode, as_user",
+    [("pid1", False), ("under", False), ("under", True)],
+    ids=["the-trainer-is-pid-1", "pid-1-never-reaps", "pid-1-never-reaps-a-users-trainer"],
+)
+def test_eight_sessions_at_every_level_leave_no_zombie_whatever_the_trainers_pid(mode, as_user, shared_tmp):
+    levels = [*LEVELS, "none"]
+    user = None
+    if as_user:  # the system's Python for the sessions: the user may read no other here
+        python, env = python_for_user(USER_UID)
+        user = [USER_UID, python, env]
+        pythons = dict.fromkeys(levels, "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else python)
+    else:
+        pythons = {level: python_for(level) for level in levels}
+    script = shared_tmp / "in_a_pid_namespace.py"  # a file: the user's trainer runs it again
+    script.write_text(IN_A_PID_NAMESPACE)
     # uids of their own: where the machine's PID 1 does not reap either (a container's), zombies that
     # other tests' sessions may have left count against RLIMIT_NPROC of the uids they ran as
     uid_base = str(DEFAULT_UID_BASE + (2048 if mode == "pid1" else 2560))
-    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", IN_A_PID_NAMESPACE]
-    command += [mode, json.dumps(pythons), uid_base]
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(script)]
+    command += [mode, json.dumps(pythons), uid_base, json.dumps(user)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -117,7 +118,7 @@ def _mounts() -> list[tuple[str, str, list[str]]]:
         for line in f:
             left, _, right = line.partition(" - ")
             fstype, _source, options = (right.split() + ["", "", ""])[:3]
-            point = left.split()[4].encode().decode("unicode_escape")
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), left.split()[4])  # "\040": a space
             found.append((point, fstype, options.split(",")))
     return found
 

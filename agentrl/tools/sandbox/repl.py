@@ -16,18 +16,20 @@ In order, before any of the policy's code runs:
    pyenv), the interpreter's own directories bound back into them, the working directory a
    tmpfs of its own (``workdir_mb``, 0700, the sandbox user's; gone with the namespace), then
    every mount read-only but the working directory;
-2. **limits**: ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` (``SIGXFSZ`` ignored, so an
-   oversized write fails with ``EFBIG`` instead of killing the process), ``RLIMIT_NOFILE``, no
-   core files; ``RLIMIT_CPU`` is set per call (below);
-3. **privileges**: from root to the session's own uid/gid, no groups, no capabilities (or, as
+2. **privileges**: from root to the session's own uid/gid, no groups, no capabilities (or, as
    root of a user namespace mapping one uid, every capability dropped and root's special
    treatment on ``exec`` off); ``no_new_privs``; a parent-death signal (it dies with the host);
-4. **reaper** (every level): it forks, and the parent only reaps: as PID 1 of the sandbox's PID
+3. **reaper** (every level): it forks, and the parent only reaps: as PID 1 of the sandbox's PID
    namespace (``bwrap``, ``unshare``) its exit ends every process left there; without one
    (``audit``, ``none``) it is a child subreaper, so the interpreter's orphans come to it, and
    when the interpreter ends it kills and reaps them before it exits. Either way no process of
    the sandbox is ever orphaned to the host: the host ends a session by killing what runs under
    this reaper, which then exits for its launcher to reap (``teardown.py``);
+4. **limits** (the interpreter's, after the reaper's fork: where the sandbox shares the trainer's
+   uid, ``RLIMIT_NPROC`` counts the trainer's processes too, and the reaper must start whatever
+   their number): ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` (``SIGXFSZ`` ignored, so an
+   oversized write fails with ``EFBIG`` instead of killing the process), ``RLIMIT_NOFILE``, no
+   core files; ``RLIMIT_CPU`` is set per call (below);
 5. **guard** (``audit`` level only): an audit hook that refuses sockets, subprocesses, fork,
    ``ctypes``, signals to other processes, writes outside the working directory, reads of
    other sessions' directories and of what the namespace levels hide (the plan's covers: homes,
@@ -161,7 +163,7 @@ def setup_mounts(mounts: dict, user: list[int] | None) -> None:
 
 
 def apply_limits(limits: dict) -> None:
-    """Step 2 of the module docstring."""
+    """Step 4 of the module docstring."""
     mb = 1 << 20
     for name, value in (
         (resource.RLIMIT_AS, limits["memory_mb"] * mb),
@@ -175,7 +177,7 @@ def apply_limits(limits: dict) -> None:
 
 
 def drop_privileges(user: list[int] | None, drop_caps: bool) -> None:
-    """Step 3 of the module docstring."""
+    """Step 2 of the module docstring."""
     if user is not None:
         uid, gid = user
         os.setgroups([])
@@ -202,7 +204,7 @@ def children_of_self() -> list[int]:
 
 
 def become_reaped_child(channel: tuple[int, int]) -> None:
-    """Step 4 of the module docstring: return in the child; the reaper never returns."""
+    """Step 3 of the module docstring: return in the child; the reaper never returns."""
     namespace_init = os.getpid() == 1
     if not namespace_init:  # the interpreter's orphans come to us, not to the host's init
         _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
@@ -514,7 +516,6 @@ def main(config: dict) -> None:
     if config.get("chown_workdir"):  # bubblewrap's tmpfs is root's; ours to give to the sandbox user
         os.chown(config["workdir"], *config["user"])
     requests, replies = os.dup(0), os.dup(1)  # the host's channel; 0, 1 and 2 become the call's
-    apply_limits(config["limits"])
     drop_privileges(config.get("user"), config.get("drop_caps", False))
     # Die with our parent (the host, or the launcher that dies with it); set after the uid
     # change, which clears it. A PID 1 (unshare) takes the namespace down with it.
@@ -522,6 +523,7 @@ def main(config: dict) -> None:
     if config.get("parent") and os.getppid() != config["parent"]:
         os._exit(1)  # the host died before the line above
     become_reaped_child((requests, replies))
+    apply_limits(config["limits"])
     os.chdir(config["workdir"])
     os.environ.clear()
     os.environ.update(config["env"])
