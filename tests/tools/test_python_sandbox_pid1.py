@@ -70,9 +70,14 @@ IN_A_PID_NAMESPACE = textwrap.dedent(
 
     mode, levels, uid_base = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
     user = json.loads(sys.argv[4])  # null (root), or [uid, the Python it runs, its environment]
+    def told(into, back):  # a trainer's report: the level is over; it waits while PID 1 looks
+        def report(level):
+            os.write(into, (level + "\\n").encode())
+            os.read(back, 1)  # the trainer starts nothing while its zombies are counted
+        return report
+
     if mode == "train":
-        into = int(sys.argv[5])
-        train(levels, uid_base, lambda level: os.write(into, (level + "\\n").encode()))
+        train(levels, uid_base, told(int(sys.argv[5]), int(sys.argv[6])))
         sys.exit(0)
     assert os.getpid() == 1
     report = {}
@@ -80,26 +85,31 @@ IN_A_PID_NAMESPACE = textwrap.dedent(
         train(levels, uid_base, lambda level: report.update({level: zombies()}))
     else:
         out, into = os.pipe()
+        back, ack = os.pipe()
         trainer = os.fork()
         if trainer == 0:
             os.close(out)
+            os.close(ack)
             if user is None:
-                train(levels, uid_base, lambda level: os.write(into, (level + "\\n").encode()))
+                train(levels, uid_base, told(into, back))
                 os._exit(0)
             uid, python, env = user
             home = tempfile.mkdtemp()
             os.chown(home, uid, uid)
             os.set_inheritable(into, True)
+            os.set_inheritable(back, True)
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-            argv = [python, __file__, "train", sys.argv[2], sys.argv[3], "null", str(into)]
+            argv = [python, __file__, "train", sys.argv[2], sys.argv[3], "null", str(into), str(back)]
             os.execve(python, argv, {**env, "HOME": home, "PATH": os.environ["PATH"]})
         os.close(into)
+        os.close(back)
         with os.fdopen(out) as finished:
             for line in finished:  # a level's sessions are over: its zombies, if any, are ours now
                 time.sleep(0.2)  # a killed process takes a moment to become a zombie
                 report[line.strip()] = [z for z in zombies() if z[0] != trainer]
+                os.write(ack, b"-")
         _, status = os.waitpid(trainer, 0)  # the trainer alone: an init that reaps nothing else
         assert status == 0, status
     print(json.dumps(report))

@@ -16,15 +16,17 @@ In order, before any of the policy's code runs:
    pyenv), the interpreter's own directories bound back into them, the working directory a
    tmpfs of its own (``workdir_mb``, 0700, the sandbox user's; gone with the namespace), then
    every mount read-only but the working directory;
-2. **privileges**: from root to the session's own uid/gid, no groups, no capabilities (or, as
-   root of a user namespace mapping one uid, every capability dropped and root's special
-   treatment on ``exec`` off); ``no_new_privs``; a parent-death signal (it dies with the host);
-3. **reaper** (every level): it forks, and the parent only reaps: as PID 1 of the sandbox's PID
+2. **reaper** (every level): it forks, and the parent only reaps: as PID 1 of the sandbox's PID
    namespace (``bwrap``, ``unshare``) its exit ends every process left there; without one
    (``audit``, ``none``) it is a child subreaper, so the interpreter's orphans come to it, and
    when the interpreter ends it kills and reaps them before it exits. Either way no process of
    the sandbox is ever orphaned to the host: the host ends a session by killing what runs under
-   this reaper, which then exits for its launcher to reap (``teardown.py``);
+   this reaper, which then exits for its launcher to reap (``teardown.py``). The reaper keeps the
+   uid it was started with (a parent-death signal is only sent where its sender may signal);
+3. **privileges** (the interpreter's): from root to the session's own uid/gid, no groups, no
+   capabilities (or, as root of a user namespace mapping one uid, every capability dropped and
+   root's special treatment on ``exec`` off); ``no_new_privs``; a parent-death signal (it dies
+   with the reaper);
 4. **limits** (the interpreter's, after the reaper's fork: where the sandbox shares the trainer's
    uid, ``RLIMIT_NPROC`` counts the trainer's processes too, and the reaper must start whatever
    their number): ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` (``SIGXFSZ`` ignored, so an
@@ -177,7 +179,7 @@ def apply_limits(limits: dict) -> None:
 
 
 def drop_privileges(user: list[int] | None, drop_caps: bool) -> None:
-    """Step 2 of the module docstring."""
+    """Step 3 of the module docstring."""
     if user is not None:
         uid, gid = user
         os.setgroups([])
@@ -203,19 +205,27 @@ def children_of_self() -> list[int]:
         return []
 
 
-def become_reaped_child(channel: tuple[int, int]) -> None:
-    """Step 3 of the module docstring: return in the child; the reaper never returns."""
+def die_with_parent(parent: int | None) -> None:
+    """SIGKILL when our parent dies (the launcher, which dies with the host; or the reaper), set after
+    every uid change, which clears it; exit at once if ``parent`` is already gone."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # it died before the line above
+
+
+def become_reaped_child(channel: tuple[int, int]) -> int:
+    """Step 2 of the module docstring: return the reaper's pid in the child; the reaper never returns.
+
+    The reaper keeps the uid it was started with: a parent-death signal needs its sender to be
+    allowed to signal the receiver, and a launcher that dropped its capabilities (bubblewrap's) may
+    signal its own uid only."""
     namespace_init = os.getpid() == 1
     if not namespace_init:  # the interpreter's orphans come to us, not to the host's init
         _check(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
     reaper = os.getpid()
     child = os.fork()
     if not child:
-        # the parent-death signal is not inherited: die with the reaper, as it dies with the host
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-        if os.getppid() != reaper:
-            os._exit(1)  # the reaper died before the line above
-        return
+        return reaper
     for fd in (0, 1, 2, *channel):
         os.close(fd)
     code = None
@@ -516,13 +526,12 @@ def main(config: dict) -> None:
     if config.get("chown_workdir"):  # bubblewrap's tmpfs is root's; ours to give to the sandbox user
         os.chown(config["workdir"], *config["user"])
     requests, replies = os.dup(0), os.dup(1)  # the host's channel; 0, 1 and 2 become the call's
+    # the reaper dies with the host (or the launcher that dies with it); as PID 1 it takes the
+    # namespace down with it
+    die_with_parent(config.get("parent"))
+    reaper = become_reaped_child((requests, replies))
     drop_privileges(config.get("user"), config.get("drop_caps", False))
-    # Die with our parent (the host, or the launcher that dies with it); set after the uid
-    # change, which clears it. A PID 1 (unshare) takes the namespace down with it.
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-    if config.get("parent") and os.getppid() != config["parent"]:
-        os._exit(1)  # the host died before the line above
-    become_reaped_child((requests, replies))
+    die_with_parent(reaper)  # not inherited across the fork, and the uid change clears it
     apply_limits(config["limits"])
     os.chdir(config["workdir"])
     os.environ.clear()
