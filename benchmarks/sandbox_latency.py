@@ -1,6 +1,7 @@
 """The sandboxed Python tool's start and per-call times at each isolation level this machine has.
 
     python -m benchmarks.sandbox_latency [--sessions 40] [--calls 25] [--levels unshare audit]
+        [--python PYTHON] [--memory-cgroup auto|off]
 
 For each level (``bwrap`` where bubblewrap is installed, ``unshare`` where namespaces work,
 ``audit`` always), ``--sessions`` sessions one after another, each making ``--calls`` calls of a
@@ -72,6 +73,7 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=25)
     parser.add_argument("--levels", nargs="*", default=list(LEVELS), choices=LEVELS)
     parser.add_argument("--python", default=None, help="the interpreter the sandbox runs (default: this one)")
+    parser.add_argument("--memory-cgroup", default=None, choices=("auto", "off"), help="the tool's memory_cgroup")
     args = parser.parse_args()
     python = args.python or sys.executable
     bare = bare_start_s(python, args.sessions)
@@ -82,7 +84,8 @@ def main() -> int:
         if reason is not None:
             print(f"{level:<9} not available here: {reason}")
             continue
-        tool = PythonSandboxTool(isolation=level, python=args.python, work_root=tempfile.mkdtemp())
+        options = {} if args.memory_cgroup is None else {"memory_cgroup": args.memory_cgroup}
+        tool = PythonSandboxTool(isolation=level, python=args.python, work_root=tempfile.mkdtemp(), **options)
         figures = asyncio.run(measure(tool, args.sessions, args.calls))
         start, call, end = (figures[k] for k in ("start", "call", "end"))
         print(
