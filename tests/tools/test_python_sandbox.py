@@ -119,6 +119,17 @@ def sandbox_uid_processes() -> list[int]:
     return pids
 
 
+def zombies_of_sandbox_uids() -> list[int]:
+    """Zombies on this machine of one of the sandbox's uids (a process nobody reaped)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            if stat[stat.rindex(")") + 2] == "Z" and os.stat(f"/proc/{entry}").st_uid in UIDS:
+                found.append(int(entry))
+    return found
+
+
 def open_descriptors() -> dict[str, str]:
     """This process's open descriptors and what each points to (a path, ``pipe:[inode]``...)."""
     targets = {}
@@ -559,6 +570,10 @@ def test_a_thousand_calls_at_concurrency_sixteen_leave_no_process_directory_or_d
     lock_dir = os.path.realpath(tool.pool.lock_dir)
     left = {fd: t for fd, t in open_descriptors().items() if t in pipes or t.startswith(lock_dir + os.sep)}
     assert left == {}
+    assert zombies_of_sandbox_uids() == [], "every process a session started was reaped"
+    if tool.cgroups is not None:  # and every session's memory cgroup removed
+        mine = f"agentrl-python-{os.getpid()}-"
+        assert [e for e in os.listdir(tool.cgroups.parent) if e.startswith(mine)] == []
     deadline = time.monotonic() + 5
     while threading.active_count() > threads and time.monotonic() < deadline:
         time.sleep(0.05)
