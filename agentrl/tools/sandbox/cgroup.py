@@ -15,9 +15,10 @@ trainer may make cgroups with the memory controller:
 Where neither can be written (an ordinary user without a delegated cgroup, a container whose
 cgroups are read-only) it says why, and sessions have none: memfd and SysV shared memory stay
 refused by the system-call filter, so the per-process limits hold but for the working directory's
-tmpfs (``workdir_mb``). A session joins its cgroup before its launcher runs (``join_command``), so
-every process of the sandbox is in it from the first; the cgroup is removed when the session ends,
-and those a crashed trainer left are removed by the next one to look.
+tmpfs (``workdir_mb``). A session's interpreter script joins its cgroup first thing
+(``repl.join_cgroup``), before its reaper forks, so every process of the sandbox is in it; the
+cgroup is removed when the session ends, and those a crashed trainer left are removed by the next
+one to look.
 """
 
 from __future__ import annotations
@@ -104,11 +105,6 @@ def _write(directory: str, name: str, value: int, missing_ok: bool = False) -> N
     except FileNotFoundError:
         if not missing_ok:
             raise
-
-
-def join_command(cgroup: SessionCgroup, argv: list[str]) -> list[str]:
-    """``argv`` run by a shell that first moves itself into ``cgroup`` (its children follow)."""
-    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup.procs, *argv]
 
 
 def _mounts() -> list[tuple[str, str, list[str]]]:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from agentrl.tools.sandbox.cgroup import SessionCgroup, join_command
+from agentrl.tools.sandbox.cgroup import SessionCgroup
 
 LEVELS = ("bwrap", "unshare", "audit", "none")
 REPL_SCRIPT = str(Path(__file__).with_name("repl.py"))
@@ -281,7 +281,8 @@ def launch(
     setup: SandboxSetup, workdir: str, user: tuple[int, int] | None, cgroup: SessionCgroup | None = None
 ) -> Launch:
     """The command that starts one interpreter of ``setup`` in ``workdir``, as ``user`` when given,
-    every process of it in ``cgroup`` when given (it joins before the launcher runs)."""
+    every process of it in ``cgroup`` when given (the interpreter's script joins it first thing,
+    before its reaper forks: at ``bwrap`` the cgroup's directory is bound in writable for that)."""
     level, limits = setup.level, setup.limits
     config: dict[str, Any] = {
         "workdir": workdir,
@@ -294,6 +295,7 @@ def launch(
         "drop_caps": level == "unshare" and os.geteuid() != 0,
         "parent": os.getpid() if level in ("audit", "none") else None,  # it dies with us
         "chown_workdir": level == "bwrap" and user is not None,
+        "cgroup": None if cgroup is None else cgroup.procs,  # repl.join_cgroup
     }
     if level == "audit":  # no mount namespace: the guard refuses reading what the others hide
         config["hidden"] = {"cover": setup.plan.cover, "keep": setup.plan.keep}
@@ -306,11 +308,10 @@ def launch(
         }
     command = [setup.python, "-I", REPL_SCRIPT, json.dumps(config)]
     if level == "bwrap":
-        command = [*_bwrap_arguments(workdir, user, setup.plan, limits.workdir_mb), "--", *command]
+        joined = [] if cgroup is None else ["--bind", cgroup.path, cgroup.path]
+        command = [*_bwrap_arguments(workdir, user, setup.plan, limits.workdir_mb), *joined, "--", *command]
     elif level == "unshare":
         command = [*_unshare(), *_userns(), *NAMESPACES, "--", *command]
-    if cgroup is not None:  # the shell execs the launcher: the depths below are the same
-        command = join_command(cgroup, command)
     return Launch(command, base_env(workdir), depth=2 if level in ("bwrap", "unshare") else 1)
 
 

@@ -7,6 +7,8 @@ host started for one session (``process.py``), inside whatever isolation the hos
 chose (``isolation.py``). It imports the standard library only, so it runs under any Python.
 In order, before any of the policy's code runs:
 
+0. **memory cgroup** (where the host made one for the session): this process joins it, so every
+   process the sandbox starts is in it;
 1. **mounts** (``unshare`` level only; bubblewrap does its own): a ``/dev`` of its own (a tmpfs
    holding ``null``, ``zero``, ``full``, ``random``, ``urandom`` and ``tty`` bound from the
    host's and the ``fd``/``std*`` links: none of the host's other devices), an empty tmpfs over
@@ -519,8 +521,16 @@ class Interpreter:
         return "".join(report.format()).rstrip()
 
 
+def join_cgroup(procs: str) -> None:
+    """Move this process into the session's memory cgroup (``cgroup.procs``), before it forks."""
+    with open(procs, "w", encoding="ascii") as f:
+        f.write("0")  # "0": the writer itself
+
+
 def main(config: dict) -> None:
     os.umask(0o022)  # the directories setup makes must be enterable whatever the host's umask
+    if config.get("cgroup"):  # first: every process of the sandbox starts inside it
+        join_cgroup(config["cgroup"])
     if config.get("mounts"):
         setup_mounts(config["mounts"], config.get("user"))
     if config.get("chown_workdir"):  # bubblewrap's tmpfs is root's; ours to give to the sandbox user
