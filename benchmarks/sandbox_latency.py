@@ -73,7 +73,9 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=25)
     parser.add_argument("--levels", nargs="*", default=list(LEVELS), choices=LEVELS)
     parser.add_argument("--python", default=None, help="the interpreter the sandbox runs (default: this one)")
-    parser.add_argument("--memory-cgroup", default=None, choices=("auto", "off"), help="the tool's memory_cgroup")
+    parser.add_argument(
+        "--memory-cgroup", default=None, choices=("auto", "off"), help="the tool's memory_cgroup option"
+    )
     args = parser.parse_args()
     python = args.python or sys.executable
     bare = bare_start_s(python, args.sessions)
