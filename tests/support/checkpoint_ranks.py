@@ -10,7 +10,6 @@ ends where the uninterrupted one did, shard for shard.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from typing import Any
 
 import torch
@@ -22,6 +21,7 @@ from agentrl.ports import free_port
 from agentrl.workers.actor import ActorWorker
 from agentrl.workers.critic import CriticWorker
 from agentrl.workers.synthetic import actor_section, context, ppo_batch
+from tests.support.spawned_ranks import spawn_ranks
 
 
 def _critic_section(model_path: str) -> CriticConfig:
@@ -83,17 +83,8 @@ def _rank_main(rank: int, world: int, port: int, args: dict, queue: Any) -> None
 
 
 def _spawn(world: int, args: dict) -> list[dict[str, Any]]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, args, queue)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    results = dict(queue.get(timeout=300) for _ in procs)
-    for proc in procs:
-        proc.join(timeout=120)
-        assert proc.exitcode == 0, f"rank exited with {proc.exitcode}"
-    return [results[rank] for rank in range(world)]
+    return spawn_ranks(_rank_main, [(rank, world, port, args) for rank in range(world)])
 
 
 def round_trip(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -24,6 +23,7 @@ import pytest
 
 from agentrl.tools.sandbox.isolation import interpreter_paths, unreadable_tops
 from tests.tools.test_python_sandbox import AS_ROOT, REPO
+from tests.tools.test_python_sandbox_view import run_socket as run_socket  # the fixture, under its own name
 
 SCRIPT = REPO / "tests" / "support" / "sandbox_as_user.py"
 USER_UID = 2_099_000_000 + os.getpid() % 100_000  # below the sandbox's own uids (2,100,000,000 on)
@@ -63,22 +63,6 @@ def user():
         yield USER_UID, home, python, env
     finally:
         shutil.rmtree(home, ignore_errors=True)
-
-
-@pytest.fixture
-def run_socket():
-    """A unix socket listening under ``/run`` that anyone may connect to, as a daemon's would."""
-    directory = Path(f"/run/agentrl-sandbox-user-{os.getpid()}")
-    directory.mkdir(mode=0o755)
-    path = directory / "daemon.sock"
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(str(path))
-    os.chmod(path, 0o777)
-    listener.listen(8)
-    listener.setblocking(False)
-    yield str(path), listener
-    listener.close()
-    shutil.rmtree(directory)
 
 
 def test_an_ordinary_users_trainer_keeps_every_class_of_break_out_in_at_every_level_it_has(user, run_socket):
