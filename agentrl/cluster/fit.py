@@ -13,7 +13,9 @@ Two layouts (``resources.placement``):
   The roles run one after another in a step, so they rarely compete for the GPU.
 
 The reward worker's ``REWARD_CPUS`` is one more bundle of every layout, so that it too is
-reserved at once with the rest and kept off the nodes a restart must avoid.
+reserved at once with the rest and kept off the nodes a restart must avoid. Rollout workers
+(``resources.rollout_workers``) get bundles of their own in either layout (``cpus_per_worker``
+and ``num_gpus_per_worker`` each): they generate while the other roles train.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ def plan_layout(config: ExperimentConfig, use_critic: bool, use_reference: bool)
         for role, n in ranks.items():
             roles[role] = (list(range(len(bundles), len(bundles) + n)), cpu, gpu)
             bundles += [bundle(cpu) for _ in range(n)]
+    if res.rollout_workers:
+        roles["rollout"] = (list(range(len(bundles), len(bundles) + res.rollout_workers)), cpu, gpu)
+        bundles += [bundle(cpu) for _ in range(res.rollout_workers)]
     roles["reward"] = ([len(bundles)], REWARD_CPUS, 0.0)
     return Layout([*bundles, {"CPU": REWARD_CPUS}], roles)
 

@@ -103,14 +103,16 @@ def reserve(
 
 def _threads_per_bundle(config: ExperimentConfig, group: object, layout: Layout) -> list[int]:
     """``resources.torch_threads``, or each node's cores shared by the model workers on it that
-    run at once (the roles of one step run one after another, the ranks of a role together)."""
+    run at once (the roles of one step run one after another, the ranks of a role together, and
+    rollout workers beside them all)."""
     if config.resources.torch_threads is not None:
         return [config.resources.torch_threads] * len(layout.bundles)
     node_of = placement_group_table(group)["bundles_to_node_id"]
     cores = {n["NodeID"]: n["Resources"].get("CPU", 1.0) for n in ray.nodes() if n.get("Alive")}
-    busiest = max(len(b) for b, _, _ in layout.roles.values())
+    rollout = layout.roles.get("rollout", ([], 0, 0))[0]
+    busiest = max(len(b) for role, (b, _, _) in layout.roles.items() if role != "rollout")
     per_node: dict[str, int] = {}
-    for bundle in range(min(busiest, len(layout.bundles))):
+    for bundle in [*range(min(busiest, len(layout.bundles))), *rollout]:
         per_node[node_of[bundle]] = per_node.get(node_of[bundle], 0) + 1
     threads = [
         max(1, int(cores.get(node_of[i], 1) // per_node.get(node_of[i], 1)))

@@ -15,6 +15,7 @@ from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from agentrl.config.checks_plugins import check_plugins
+from agentrl.config.checks_staleness import check_staleness
 from agentrl.config.schema import ExperimentConfig, staleness_bound
 
 __all__ = ["ConfigError", "check_choice", "literal_choices", "ranks_divide", "validate_config"]
@@ -177,7 +178,7 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
             f"config key 'algorithm.tis_cap' must be > 0 (>= 1 with algorithm.is_mode=reject: the band "
             f"[1/tis_cap, tis_cap] must hold 1), got {algo.tis_cap}"
         )
-    _check_staleness(cfg, problems)
+    check_staleness(cfg, problems)
     if not 0 <= algo.gamma <= 1 or not 0 <= algo.lam <= 1:
         problems.append(f"algorithm.gamma and algorithm.lam must be in [0, 1], got {algo.gamma}, {algo.lam}")
     if not rollout.val_greedy and rollout.temperature <= 0:
@@ -187,34 +188,6 @@ def _check_numbers(cfg: ExperimentConfig, problems: list[str]) -> None:
     _check_lora(cfg, problems)
     _check_best(cfg, problems)
     _check_skip_old_log_prob(cfg, problems)
-
-
-def _check_staleness(cfg: ExperimentConfig, problems: list[str]) -> None:
-    trainer = cfg.trainer
-    if trainer.max_staleness < 0:
-        problems.append(f"config key 'trainer.max_staleness' must be >= 0, got {trainer.max_staleness}")
-    if trainer.one_step_off_policy and trainer.max_staleness > 1:
-        problems.append(
-            "trainer.one_step_off_policy=true is trainer.max_staleness=1, but trainer.max_staleness is "
-            f"{trainer.max_staleness}: set only trainer.max_staleness"
-        )
-    elif staleness_bound(trainer) > 1:
-        problems.append(
-            f"config key 'trainer.max_staleness' must be 0 or 1 for now, got {trainer.max_staleness}: a "
-            "rollout drawn further ahead needs its own resources (the actor's engine serves one rollout "
-            "at a time), which this version does not place"
-        )
-    if trainer.partial_rollout == "continue":
-        if staleness_bound(trainer) == 0:
-            problems.append(
-                "trainer.partial_rollout=continue needs trainer.max_staleness >= 1: on-policy, no rollout "
-                "is in flight when the weights change"
-            )
-        if cfg.actor.rollout.engine != "hf":
-            problems.append(
-                "trainer.partial_rollout=continue needs actor.rollout.engine=hf (the transformers engine "
-                f"takes new weights between two decode steps), got {cfg.actor.rollout.engine!r}"
-            )
 
 
 def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:

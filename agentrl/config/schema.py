@@ -320,6 +320,9 @@ class ResourceConfig:
     num_gpus_per_worker: float = 0.0
     actor_workers: int = 1  # data-parallel world size of the actor (and reference)
     critic_workers: int = 1
+    # 0: the actor generates; N: N rollout workers on resources of their own, each an engine fed the
+    # actor's weights after every update (with trainer.max_staleness k, k rollouts generate at once)
+    rollout_workers: int = 0
     strategy: Strategy = "dp"  # dp: full replicas, gradients summed | fsdp: FSDP2 shards per decoder layer
     # split: each role on its own GPUs | colocated: actor, critic and reference ranks share them
     placement: PlacementKind = "split"
@@ -359,9 +362,9 @@ class TrainerConfig:
     logger: list[LoggerName] = field(default_factory=lambda: ["console", "jsonl"])
     device: Device = "cpu"
     dump_trajectories: bool = False
-    # How many updates old a trained token's weights may be: 0 keeps every step on-policy; 1
-    # generates step t+1's rollout while step t updates (the policy loss corrects with
-    # algorithm.is_*). Checked from the batch's own versions (response_versions).
+    # How many updates old a trained token's weights may be: 0 keeps every step on-policy; k
+    # generates steps t+1 .. t+k while step t updates (k > 1 needs resources.rollout_workers; the
+    # policy loss corrects with algorithm.is_*). Checked from the batch's versions.
     max_staleness: int = 0
     one_step_off_policy: bool = False  # the same as max_staleness: 1 (the key from before it)
     # With max_staleness > 0: "continue" streams each update's weights into the engine while the

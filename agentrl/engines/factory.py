@@ -13,6 +13,10 @@ Three cases, decided once from the run's settings (``choose_engine``):
 An engine with its own copy is refreshed by streaming (``link.EngineLink``). It may also sleep
 between rollouts (``actor.rollout.free_engine_memory``), except under one-step-off, where it
 runs during the update and keeps its memory.
+
+A rollout on resources of its own (``resources.rollout_workers``, ``workers/rollout.py``) has a
+fourth: the transformers engine over that worker's own module, which is never trained there and
+takes the actor's weights between two decode steps, so it never sleeps (``rollout_role_engine``).
 """
 
 from __future__ import annotations
@@ -87,3 +91,14 @@ def choose_engine(
         own_copy=own_copy,
         sleeps=rollout.free_engine_memory and not overlap_rollout,
     )
+
+
+def rollout_role_engine(rollout: RolloutConfig) -> EngineChoice:
+    """The engine of a rollout worker (module docstring): the transformers engine around the
+    worker's own module, awake between rollouts (one may always be generating)."""
+    if rollout.engine != "hf":
+        raise ValueError(
+            f"a rollout worker (resources.rollout_workers > 0) runs the transformers engine; "
+            f"actor.rollout.engine is {rollout.engine!r}"
+        )
+    return EngineChoice(kind="hf", own_copy=False, sleeps=False)

@@ -162,27 +162,42 @@ class PPOTrainer:
             # Stage 1: rollout (multi-turn: generate → <search> → retrieve → <information> → …), scored
             scored, sampling_metrics = self.sampler.sample(prompts, self.global_step, timer)
             batch, metrics = self.learn(scored, timer, off_policy=False)
+            metrics |= self.push_weights(self.global_step + 1, timer)
         metrics |= sampling_metrics
         return self.close_step(scored.rollout, batch, metrics, timer)
 
     def off_policy_step(self) -> dict[str, float]:
-        """One step trained on the rollout submitted during the previous step (weights one update
-        stale), after submitting the next one, which then generates during this step's update."""
+        """One step trained on the oldest rollout drawn ahead (its weights up to
+        ``trainer.max_staleness`` updates stale), after drawing the next ones, which then generate
+        during this step's update."""
         timer = StepTimer()
         with timer("step"):
             with timer("gen_wait"):
                 rollout = self.sampler.take_ahead(self.global_step)
-            if self.can_draw_ahead():
-                with timer("weight_sync"):
-                    self.roles.actor.run_all("sync_engine")
-                self.sampler.draw_ahead(self.global_step + 1, self.global_step)
+            # up to max_staleness in flight; without rollout workers (one at most) the actor's engine
+            # is brought up to date before it draws
+            sync = None if self.roles.rollout else lambda: self.sync_engine(timer)
+            self.sampler.fill_ahead(self.global_step, self.context.max_staleness, self.can_draw_ahead, sync)
             scored = self.sampler.score(rollout, timer)
             batch, metrics = self.learn(scored, timer, off_policy=True)
-            if self.config.trainer.partial_rollout == "continue" and self.sampler.in_flight:
+            if self.roles.rollout is not None:  # the rollouts in flight go on with the new weights
+                metrics |= self.push_weights(self.global_step + 1, timer)
+            elif self.config.trainer.partial_rollout == "continue" and self.sampler.in_flight:
                 with timer("weight_sync_partial"):  # the rollout in flight goes on with the new weights
                     self.roles.actor.run_all("sync_engine", self.global_step + 1)
         metrics |= self.sampler.signal(scored)
         return self.close_step(rollout, batch, metrics, timer)
+
+    def sync_engine(self, timer: StepTimer) -> None:
+        with timer("weight_sync"):
+            self.roles.actor.run_all("sync_engine")
+
+    def push_weights(self, weights_version: int, timer: StepTimer) -> dict[str, float]:
+        """``Roles.push_weights``, timed as ``timing_s/weight_push`` when the run has rollout workers."""
+        if self.roles.rollout is None:
+            return {}
+        with timer("weight_push"):
+            return self.roles.push_weights(weights_version)
 
     def learn(self, scored: Scored, timer: StepTimer, off_policy: bool) -> tuple[Batch, dict[str, float]]:
         """Stages 2 and 3 of a step: the training batch from the scored rollout, then the updates."""
@@ -293,11 +308,13 @@ class PPOTrainer:
     def _due(self, freq: int) -> bool:
         return freq > 0 and self.global_step % freq == 0
 
-    def can_draw_ahead(self) -> bool:
-        """Whether the step after the one in progress will run, so its prompts may be drawn now."""
+    def can_draw_ahead(self, ahead: int = 1) -> bool:
+        """Whether the step ``ahead`` steps after the one in progress will run, so its prompts may be
+        drawn now."""
         trainer = self.config.trainer
         return (
-            self.global_step + 1 < trainer.total_steps and self.loader.epochs_completed < trainer.total_epochs
+            self.global_step + ahead < trainer.total_steps
+            and self.loader.epochs_completed < trainer.total_epochs
         )
 
     def finished(self) -> bool:
@@ -373,6 +390,7 @@ class PPOTrainer:
         self.roles.actor.run_all("load_checkpoint", str(path))
         if self.use_critic:
             self.roles.critic.run_all("load_checkpoint", str(path))
+        self.push_weights(self.global_step, StepTimer())  # the rollout workers start from the restored policy
         self.last_checkpoint = path
         tqdm.write(f"resumed from {path} at step {self.global_step}")
 

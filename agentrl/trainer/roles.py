@@ -17,11 +17,13 @@ from agentrl.workers.actor import ActorWorker, ReferenceWorker
 from agentrl.workers.base import RunContext
 from agentrl.workers.critic import CriticWorker
 from agentrl.workers.reward import RewardModelWorker, RuleRewardWorker
+from agentrl.workers.rollout import RolloutWorker
 
 
 @dataclass
 class Roles:
-    """The worker groups of one run (critic and reference only when the algorithm needs them)."""
+    """The worker groups of one run (critic and reference only when the algorithm needs them, the
+    rollout workers only with ``resources.rollout_workers``)."""
 
     actor: WorkerGroup
     critic: WorkerGroup | None
@@ -29,6 +31,7 @@ class Roles:
     reward: WorkerGroup
     placement_group: object | None = None
     watch: NodeWatch | None = None  # the sentinels on the roles' nodes (role_calls)
+    rollout: WorkerGroup | None = None
 
     @classmethod
     def of(cls, groups: dict[str, Any], placement_group: object | None = None, watch: Any = None) -> Roles:
@@ -40,10 +43,26 @@ class Roles:
             groups["reward"],
             placement_group,
             watch,
+            groups.get("rollout"),
         )
 
+    @property
+    def generator(self) -> WorkerGroup:
+        """The group that generates the trajectories: the rollout workers, else the actor."""
+        return self.rollout or self.actor
+
+    def push_weights(self, weights_version: int) -> dict[str, float]:
+        """The actor's weights after its ``weights_version``-th update into the rollout workers (they
+        take them between two decode steps of what they generate): the slowest worker's seconds to
+        load them, as ``rollout/weight_load_s``; nothing without any."""
+        if self.rollout is None:
+            return {}
+        weights = self.actor.run_all("export_weights")[0]  # rank 0's, gathered by every rank
+        return {"rollout/weight_load_s": max(self.rollout.run_all("load_weights", weights, weights_version))}
+
     def all(self) -> list[WorkerGroup]:
-        return [g for g in (self.actor, self.critic, self.reference, self.reward) if g is not None]
+        groups = (self.actor, self.critic, self.reference, self.reward, self.rollout)
+        return [g for g in groups if g is not None]
 
     def shutdown(self, graceful: bool = True) -> None:
         """Stop every group and give the reserved bundles back to the cluster; ``graceful`` False
@@ -75,7 +94,7 @@ def role_specs(
     config: ExperimentConfig, context: RunContext, use_critic: bool, use_reference: bool
 ) -> list[RoleSpec]:
     """The roles a run starts, in start order: actor, then the critic and the reference when the
-    algorithm needs them, then the reward."""
+    algorithm needs them, then the reward, then the rollout workers when there are any."""
     res = config.resources
     # One-step-off: the actor generates the next rollout while it serves the update's calls.
     specs = [
@@ -89,6 +108,10 @@ def role_specs(
         specs.append(RoleSpec("reference", ReferenceWorker, config.actor, res.actor_workers))
     reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
     specs.append(RoleSpec("reward", reward_cls, config.reward, 1))
+    if res.rollout_workers:
+        # up to max_staleness rollouts generate at once, beside a weight load and a validation
+        slots = context.max_staleness + 2
+        specs.append(RoleSpec("rollout", RolloutWorker, config.actor, res.rollout_workers, slots))
     return specs
 
 

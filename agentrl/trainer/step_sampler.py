@@ -4,15 +4,18 @@ With ``algorithm.dynamic_sampling`` a step draws further rounds of prompts from 
 enough groups differ in score (``group_filter.fill_groups``); without it, one round. Either way
 the step's signal metrics (``group_filter.signal_metrics``) cover every sample generated.
 
-A rollout drawn ahead (``trainer.max_staleness`` 1) keeps one rollout in flight here: the next
-step's, submitted before this step's update (``draw_ahead``) and trained on by the next step
-(``take_ahead``). The sampler alone holds it: it waits for it before the engine serves anything
-else (``drain``), and it says where a checkpoint resumes drawing prompts from (``loader_state``:
-before the prompts of the rollout in flight).
+Rollouts drawn ahead (``trainer.max_staleness`` k) are held here in flight, oldest first: the
+next steps', submitted before this step's update (``draw_ahead``) and each trained on by its own
+step (``take_ahead``); up to k at once, generating on the rollout workers (or, for k = 1, on the
+actor's engine) while the actor trains. The sampler alone holds them: it waits for them before
+the engine serves anything else (``drain``), and it says where a checkpoint resumes drawing
+prompts from (``loader_state``: before the prompts of the oldest rollout in flight). Generation
+runs on ``Roles.generator``: the rollout workers when the run has them, else the actor.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -48,35 +51,47 @@ class StepSampler:
         self.config, self.roles, self.tokenizer, self.loader = config, roles, tokenizer, loader
         self.grouped = grouped  # a group estimator: the tied-group share means something
         self.warn = warn
-        self.ahead: RolloutAhead | None = None  # one-step-off: the next step's rollout, in flight
+        self.ahead: deque[RolloutAhead] = deque()  # the next steps' rollouts in flight, oldest first
 
     @property
-    def in_flight(self) -> bool:
-        """Whether a rollout drawn ahead is in flight (its prompts drawn: a step still to train)."""
-        return self.ahead is not None
+    def in_flight(self) -> int:
+        """How many rollouts drawn ahead are in flight (their prompts drawn: steps still to train)."""
+        return len(self.ahead)
 
     def drain(self) -> None:
-        """Wait for the rollout in flight, if any: the actor's engine serves one rollout at a time."""
-        if self.ahead is not None:
-            self.ahead.result()
+        """Wait for the rollouts in flight, if any: the actor's engine serves one rollout at a time."""
+        for ahead in self.ahead:
+            ahead.result()
 
     def loader_state(self) -> dict:
         """Where a run resumed from a checkpoint written now draws its prompts: before the prompts of
-        the rollout in flight (it is dropped, and redrawn), else where the loader stands."""
-        return self.ahead.loader_state if self.ahead is not None else self.loader.state_dict()
+        the oldest rollout in flight (those in flight are dropped, and redrawn), else where the
+        loader stands."""
+        return self.ahead[0].loader_state if self.ahead else self.loader.state_dict()
 
     def take_ahead(self, step: int) -> RolloutResult:
-        """The rollout (0-based) step ``step`` trains on, waited for: the one submitted during the
-        step before, or one submitted now (a run's first step, or the first after a resume). Its
-        trajectories carry the version of the weights that sampled each turn."""
-        ahead = self.ahead or self.submit(step, step)
-        self.ahead = None
+        """The rollout (0-based) step ``step`` trains on, waited for: the oldest in flight, or one
+        submitted now (a run's first step, or the first after a resume). Its trajectories carry the
+        version of the weights that sampled each turn."""
+        ahead = self.ahead.popleft() if self.ahead else self.submit(step, step)
         return ahead.result()
 
     def draw_ahead(self, step: int, weights_version: int) -> None:
-        """One-step-off: submit (0-based) step ``step``'s rollout now, on the engine's weights of
-        ``weights_version`` updates; it generates during the current step's update."""
-        self.ahead = self.submit(step, weights_version)
+        """Submit (0-based) step ``step``'s rollout now, on the generator's weights of
+        ``weights_version`` updates; it generates during the updates of the steps before it."""
+        self.ahead.append(self.submit(step, weights_version))
+
+    def fill_ahead(
+        self, step: int, bound: int, will_run: Callable[[int], bool], before_draw: Callable[[], Any] | None
+    ) -> None:
+        """Keep ``bound`` rollouts in flight during (0-based) step ``step``, fewer where the steps
+        they are for will not run (``will_run(j)``: whether step ``step + j`` does), each drawn on
+        the weights of now: the one for step ``step + j`` trains j updates later, so none is staler
+        than ``bound``. ``before_draw``, when given, runs before each draw (a weight sync)."""
+        while self.in_flight < bound and will_run(self.in_flight + 1):
+            if before_draw is not None:
+                before_draw()
+            self.draw_ahead(step + self.in_flight + 1, step)
 
     def sample(self, prompts: list, step: int, timer: StepTimer) -> tuple[Scored, dict[str, float]]:
         """The scored rollout of ``prompts`` for (0-based) step ``step``; with dynamic sampling, more
@@ -103,13 +118,13 @@ class StepSampler:
         return kept, metrics
 
     def submit(self, step: int, weights_version: int) -> RolloutAhead:
-        """One-step-off: draw the prompts of (0-based) step ``step`` and start their rollout without
-        waiting, on the engine's weights now (``weights_version`` updates)."""
+        """Draw the prompts of (0-based) step ``step`` and start their rollout without waiting, on
+        the generator's weights now (``weights_version`` updates)."""
         loader_state = self.loader.state_dict()
         prompts = self.loader.next_batch()
         seed = derive_seed(self.config.seed, "rollout", step)
         n = self.config.actor.rollout.n
-        pending = self.roles.actor.submit_chunks(
+        pending = self.roles.generator.submit_chunks(
             "generate_sequences", prompts, n, seed, False, weights_version=weights_version
         )
         return RolloutAhead(pending, loader_state)
@@ -123,7 +138,7 @@ class StepSampler:
         n = 1 if validate else self.config.actor.rollout.n
         parts = ("rollout", step) + (("round", round_index) if round_index else ())
         seed = None if validate else derive_seed(self.config.seed, *parts)
-        return self.roles.actor.submit_chunks(
+        return self.roles.generator.submit_chunks(
             "generate_sequences", prompts, n, seed, validate, weights_version=step
         ).result()
 

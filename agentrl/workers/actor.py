@@ -14,13 +14,11 @@ from pathlib import Path
 
 import torch
 
-from agentrl.agent.generation import LLMGenerationManager, RolloutResult
-from agentrl.agent.sampling import rollout_sampling
+from agentrl.agent.generation import RolloutResult
 from agentrl.config.schema import ActorConfig
 from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
-from agentrl.endpoint.agents import AgentRollout
 from agentrl.engines.factory import choose_engine
 from agentrl.engines.link import EngineLink
 from agentrl.models.attention import use_varlen_attention
@@ -28,8 +26,8 @@ from agentrl.models.export import export_hf_dir, plain_weights
 from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
 from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer
 from agentrl.models.lora import add_lora, load_adapters
-from agentrl.seeding import derive_seed
 from agentrl.workers.base import ModelWorker, RoleWorker, TrainableWorker
+from agentrl.workers.rollouts import Rollouts
 
 
 class PolicyWorker(RoleWorker, ModelWorker):
@@ -109,13 +107,12 @@ class ReferenceWorker(PolicyWorker):
     trainable = False
 
 
-class ActorWorker(PolicyWorker, TrainableWorker):
+class ActorWorker(PolicyWorker, TrainableWorker, Rollouts):
     trainable = True
 
     def _setup(self, actor: ActorConfig) -> None:
         super()._setup(actor)
         self._setup_optimizer(actor.optim)
-        self._rollout: LLMGenerationManager | AgentRollout | None = None
         context = self.context
         choice = choose_engine(
             actor.rollout, strategy=context.strategy, overlap_rollout=context.overlap_rollout, lora=self.lora
@@ -135,34 +132,6 @@ class ActorWorker(PolicyWorker, TrainableWorker):
 
     # --- Stage 1: rollout ------------------------------------------------------------
 
-    @property
-    def rollout(self) -> LLMGenerationManager | AgentRollout:
-        """The rollout around the link's engine, built on first use (its tools may open
-        connections): the built-in loop, or the configured agent function's episodes."""
-        if self._rollout is None:
-            rollout, lengths = (
-                self.actor.rollout,
-                {
-                    "max_prompt_length": self.context.max_prompt_length,
-                    "max_response_length": self.context.max_response_length,
-                },
-            )
-            engine = self.engine_link.engine
-            if rollout.agent.entry is None:
-                self._rollout = LLMGenerationManager(engine, self.tokenizer, rollout, **lengths)
-            else:
-                agent = rollout.agent
-                self._rollout = AgentRollout(
-                    engine,
-                    self.tokenizer,
-                    rollout,
-                    agent.entry,
-                    timeout_s=agent.timeout_s,
-                    max_concurrent=agent.max_concurrent,
-                    **lengths,
-                )
-        return self._rollout
-
     def generate_sequences(
         self,
         prompts: list,
@@ -177,24 +146,21 @@ class ActorWorker(PolicyWorker, TrainableWorker):
         ``prompts`` are the step's prompts from ``first_index`` on (``WorkerGroup.submit_chunks``):
         sample k of the step's prompt i draws its own stream, row ``i·n + k`` of one stream for the
         whole step, so a rollout samples the same tokens on any number of ranks, and a run resumed
-        on fewer ranks continues as it would have. ``weights_version``: the updates the engine's
-        weights have had (the driver synced them), recorded on every turn sampled.
+        on fewer ranks continues as it would have (``Rollouts.sample``). ``weights_version``: the
+        updates the engine's weights have had (the driver synced them), recorded on every turn
+        sampled.
         """
         if not self.engine_link.choice.own_copy:
             self.model.eval()  # the engine generates with the training module itself
-        manager = self.rollout
-        manager.weights.value = weights_version
-        synced = self.engine_link.wake()
-        # "rank 0": the stream of the one rank, from when every rank drew its own; kept so that a
-        # one-rank run samples exactly what it did before
-        step_seed = None if seed is None else derive_seed(seed, "rank", 0)
-        sampling = rollout_sampling(
-            self.actor.rollout, greedy=validate and self.actor.rollout.val_greedy, seed=step_seed
-        )
-        result = manager.run(prompts, sampling, n=n, first_row=first_index * n)
-        result.add_per_rank(synced)  # the engine link's figures: this rank's, merged by their maximum
-        result.add_per_rank(self.engine_link.rest())
-        return result
+        self.rollout.weights.value = weights_version
+        return self.sample(prompts, n, seed, validate, first_index)
+
+    def export_weights(self) -> dict[str, torch.Tensor] | None:
+        """The plain weights now (merged under LoRA) as CPU tensors, for the rollout workers: rank 0's,
+        None on the others (gathering the shards is a collective under fsdp: every rank calls it)."""
+        stream = plain_weights(self.model, lora=self.lora)
+        weights = {name: tensor.detach().to("cpu", copy=True) for name, tensor in stream}
+        return weights if self.rank == 0 else None
 
     def sync_engine(self, weights_version: int | None = None) -> float | None:
         """Bring the engine's own copy up to the current weights if an update (or a sleep) left it

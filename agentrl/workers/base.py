@@ -109,6 +109,9 @@ def _node_address(master_addr: str) -> str:
 class Worker:
     """Base of the role workers: device, rank, torch threads and the optional process group."""
 
+    collective = True  # its ranks meet in a process group (a rollout worker's never do)
+    shards = True  # under fsdp it shards its model (a rollout worker holds a whole one)
+
     def __init__(
         self,
         context: RunContext,
@@ -132,7 +135,8 @@ class Worker:
         # in the same process (vLLM in-process) may own one already, and destroying the default
         # group tears down every group in the process, theirs included.
         self._owns_process_group = False
-        if world_size > 1 or context.strategy == "fsdp":  # FSDP shards over a process group, even of one
+        sharded = context.strategy == "fsdp" and self.shards  # FSDP shards over a process group, even of one
+        if self.collective and (world_size > 1 or sharded):
             self._join_process_group(master_port, master_addr)
 
     def _join_process_group(self, master_port: int | None, master_addr: str | None) -> None:

@@ -350,8 +350,20 @@ def test_the_staleness_bound_and_the_importance_options_are_checked_by_key(model
     assert staleness_bound(load_config("ppo", [*base, "trainer.one_step_off_policy=true"]).trainer) == 1
     with pytest.raises(ConfigError, match=r"'trainer\.max_staleness' must be >= 0, got -1"):
         load_config("ppo", [*base, "trainer.max_staleness=-1"])
-    with pytest.raises(ConfigError, match=r"'trainer\.max_staleness' must be 0 or 1 for now, got 2.*own"):
+    with pytest.raises(ConfigError, match=r"trainer\.max_staleness=2 needs resources\.rollout_workers >= 1"):
         load_config("ppo", [*base, "trainer.max_staleness=2"])
+    ahead = [*base, "trainer.max_staleness=3", "resources.rollout_workers=2"]
+    assert load_config("ppo", [*ahead, "trainer.partial_rollout=continue"]).resources.rollout_workers == 2
+    with pytest.raises(ConfigError, match=r"rollout_workers > 0 with trainer\.max_staleness > 0 .*continue"):
+        load_config("ppo", ahead)
+    continued = [*ahead, "trainer.partial_rollout=continue"]
+    with pytest.raises(ConfigError, match=r"rollout_workers > 0 needs actor\.rollout\.engine=hf.*'vllm'"):
+        load_config("ppo", [*continued, "actor.rollout.engine=vllm"])
+    with pytest.raises(ConfigError, match=r"rollout_workers=3 must divide the step's \d+ trajectories"):
+        uneven = ["resources.rollout_workers=3", "data.train_batch_size=4", "actor.rollout.n=2"]
+        load_config("ppo", [*base, *uneven])
+    with pytest.raises(ConfigError, match=r"'resources\.rollout_workers' must be >= 0, got -1"):
+        load_config("ppo", [*base, "resources.rollout_workers=-1"])
     with pytest.raises(ConfigError, match=r"one_step_off_policy=true is trainer\.max_staleness=1, but .*3"):
         load_config("ppo", [*base, "trainer.one_step_off_policy=true", "trainer.max_staleness=3"])
     reject = [*base, "algorithm.is_mode=reject", "algorithm.is_level=sequence"]

@@ -143,13 +143,31 @@ def test_a_non_finite_loss_raised_in_a_ray_worker_stops_the_run_as_diverged(tiny
         trainer.update_role("actor", "update_actor", batch=None)  # one rank: the batch is passed as is
 
 
+ROLLOUT_WORKER = {"resources.rollout_workers": 1}  # in-process: its rollouts generate when drawn
+CONTINUED = {**ROLLOUT_WORKER, "trainer.partial_rollout": "continue"}
+
+
 @pytest.mark.parametrize(
-    ("max_staleness", "correction"),
-    [(0, {}), (1, {}), (1, {"algorithm.is_mode": "reject", "algorithm.is_level": "sequence"})],
-    ids=["on_policy", "ahead_truncated", "ahead_rejected_by_sequence"],
+    ("max_staleness", "extra", "expected"),
+    [
+        (0, {}, [0, 0, 0]),
+        (1, {}, [0, 1, 1]),
+        (1, {"algorithm.is_mode": "reject", "algorithm.is_level": "sequence"}, [0, 1, 1]),
+        (0, ROLLOUT_WORKER, [0, 0, 0]),
+        (2, CONTINUED, [0, 1, 2, 2]),
+        (3, CONTINUED, [0, 1, 2, 3]),
+    ],
+    ids=[
+        "on_policy",
+        "ahead_truncated",
+        "ahead_rejected_by_sequence",
+        "on_policy_on_a_rollout_worker",
+        "two_ahead_on_a_rollout_worker",
+        "three_ahead_on_a_rollout_worker",
+    ],
 )
 def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itself(
-    search_world, tmp_path, monkeypatch, max_staleness, correction
+    search_world, tmp_path, monkeypatch, max_staleness, extra, expected
 ):
     trained = []  # (the step's version, the versions of the tokens it trains on)
     learn = PPOTrainer.learn
@@ -162,22 +180,29 @@ def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itsel
     monkeypatch.setattr(PPOTrainer, "learn", spy)
     run_dir = tmp_path / f"stale{max_staleness}"
     grpo = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8, "trainer.max_staleness": max_staleness}
-    grpo |= correction
-    run("grpo", search_world.overrides(run_dir, steps=3, **grpo), in_process=True)
-    assert [step for step, _, _ in trained] == [0, 1, 2]
+    grpo |= extra
+    run("grpo", search_world.overrides(run_dir, steps=len(expected), **grpo), in_process=True)
+    assert [step for step, _, _ in trained] == list(range(len(expected)))
     for step, versions, off_policy in trained:
         assert versions.numel() > 0 and off_policy == (max_staleness > 0)
         staleness = step - versions
         assert int(staleness.min()) >= 0 and int(staleness.max()) <= max_staleness
-    # on-policy: every token sampled by the weights it trains; drawn ahead: one update old after the first
-    expected = [0, 0, 0] if max_staleness == 0 else [0, 1, 1]
+    # on-policy: every token sampled by the weights it trains; drawn ahead by j steps: j updates old
     assert [int((step - v).max()) for step, v, _ in trained] == expected
     rows = read_metrics(run_dir)
     assert [r["off_policy/staleness_max"] for r in rows] == expected
     assert all(("off_policy/ess" in r) == (max_staleness > 0) for r in rows)
-    if correction:  # rejection is reported; what it rejects depends on how far the weights moved
+    if "algorithm.is_mode" in extra:  # rejection is reported; what it rejects depends on the weights
         for r in rows:  # the reject mode ran, not the truncation
             assert 0 <= r["off_policy/is_rejected_frac"] <= 1 and r["off_policy/is_truncated_frac"] == 0
+    if "resources.rollout_workers" in extra:  # each update's weights reached the rollout worker
+        assert all("timing_s/weight_push" in r for r in rows)
+        # a rollout drawn on the weights it then trains with: the engine's and the actor's log-probs
+        # agree, after the updates too (a rollout worker left on its first weights would not)
+        on_policy = [r for r, stale in zip(rows, expected, strict=True) if stale == 0]
+        assert len(on_policy) >= (len(rows) if max_staleness == 0 else 1)
+        assert all(r["rollout/logprob_diff"] < 1e-3 for r in on_policy)
+        assert all(r["rollout/logprob_diff"] > 1e-3 for r, stale in zip(rows, expected, strict=True) if stale)
 
 
 def test_a_partial_rollout_streams_each_updates_weights_to_the_rollout_in_flight_with_their_version(

@@ -105,6 +105,37 @@ def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_
     assert after["actor"] != before["actor"]
 
 
+def test_two_rollouts_ahead_on_a_rollout_worker_of_its_own_take_each_updates_weights_on_ray(
+    search_world, tmp_path
+):
+    # On Ray: a rollout worker with its own bundle generates up to two steps ahead while the actor
+    # trains, and takes the actor's weights after each update while its rollouts are in flight
+    no_ray()  # the run sizes its own cluster
+    run_dir = tmp_path / "rollout_worker"
+    settings = {
+        "actor.rollout.n": 2,
+        "actor.update.mini_batch_size": 8,
+        "trainer.max_staleness": 2,
+        "trainer.partial_rollout": "continue",
+        "resources.rollout_workers": 1,
+        "trainer.test_freq": 2,  # validation on the rollout worker while rollouts are in flight
+        "reward.scorer": "tests.trainer.scorers:letter_e_scorer",  # groups that differ: updates move
+        "actor.optim.lr": 1e-3,
+    }
+    trainer, before, after = run("grpo", search_world.overrides(run_dir, steps=4, **settings))
+    assert trainer.roles.rollout is not None and trainer.roles.rollout.world_size == 1
+    rows = read_metrics(run_dir)
+    # read from the trained batches' own versions: drawn 0, 1, 2 and 2 steps ahead
+    assert [r["off_policy/staleness_max"] for r in rows] == [0.0, 1.0, 2.0, 2.0]
+    assert "val/all/em" in rows[1] and math.isfinite(rows[1]["val/all/em"])
+    assert all(r["timing_s/weight_push"] > 0 for r in rows)
+    assert all(r["rollout/weight_load_s"] > 0 for r in rows), "the worker loaded each update's weights"
+    # the first rollout sampled the weights it trained; the later ones older weights
+    assert rows[0]["rollout/logprob_diff"] < 1e-3
+    assert all(r["rollout/logprob_diff"] > 1e-3 for r in rows[1:])
+    assert after["actor"] != before["actor"]
+
+
 def _trainer_state(path: Path) -> dict:
     return torch.load(path / "actor_training_state.pt", weights_only=False)
 
@@ -195,11 +226,16 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_
     assert all(r["rollout/logprob_diff"] < 1e-3 for r in rows), "engine and trainer weights must agree"
 
 
-def test_a_run_drawing_its_rollout_ahead_killed_mid_run_resumes_and_redraws_the_batch_then_in_flight(
+def test_a_run_drawing_two_rollouts_ahead_on_a_rollout_worker_killed_mid_run_resumes_and_redraws_them(
     search_world, tmp_path
 ):
-    # dp in this process: what is tested is the rollout in flight across the kill, not Ray
-    ahead = {**CHECKPOINTED, "trainer.max_staleness": 1}
+    # dp in this process: what is tested is the rollouts in flight across the kill, not Ray
+    ahead = {
+        **CHECKPOINTED,
+        "trainer.max_staleness": 2,
+        "resources.rollout_workers": 1,
+        "trainer.partial_rollout": "continue",
+    }
     straight_dir, run_dir = tmp_path / "straight", tmp_path / "killed"
     run("ppo", search_world.overrides(straight_dir, steps=3, **ahead), in_process=True)
     args = search_world.overrides(run_dir, steps=3, **ahead)
@@ -210,14 +246,16 @@ def test_a_run_drawing_its_rollout_ahead_killed_mid_run_resumes_and_redraws_the_
     assert trainer.global_step == 3 and not trainer.sampler.in_flight
     rows = read_metrics(run_dir)[logged:]
     assert [r["step"] for r in rows] == [2, 3]
-    # step 2's rollout was in flight at the kill: drawn again from the same prompts, on the
-    # restored weights (staleness 0), then step 3's drawn ahead as before (staleness 1)
+    # steps 2 and 3's rollouts were in flight at the kill: drawn again from the same prompts, step
+    # 2's on the restored weights (staleness 0), step 3's with it (one update old when trained)
     assert [r["off_policy/staleness_max"] for r in rows] == [0.0, 1.0]
     straight_rows = read_metrics(straight_dir)
-    assert [r["off_policy/staleness_max"] for r in straight_rows] == [0.0, 1.0, 1.0]
+    assert [r["off_policy/staleness_max"] for r in straight_rows] == [0.0, 1.0, 2.0]
     for step in (2, 3):
         prompts = sorted(p for p, _, _ in _batch(run_dir, step))
         assert prompts == sorted(p for p, _, _ in _batch(straight_dir, step)), f"step {step}: other prompts"
+    # the restored policy reached the rollout worker: step 2's rollout, drawn on it, matches the actor
+    assert rows[0]["rollout/logprob_diff"] < 1e-3
 
 
 @pytest.mark.parametrize(
