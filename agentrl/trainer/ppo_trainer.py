@@ -105,6 +105,7 @@ class PPOTrainer:
                     validated = self.validation_due()
                     if validated:
                         metrics |= self.validate()
+                    metrics["training/elapsed_s"] = self.budget.spent_s()  # fit()'s wall time, validation in
                     tracker.log(metrics, self.global_step)
                     progress.update(1)
                     done = self.finished()  # once: the step that ends the run is the one saved
@@ -119,10 +120,8 @@ class PPOTrainer:
         self.budget.start()
 
     def open_tracker(self) -> Tracker:
-        trainer = self.config.trainer
-        return Tracker(
-            trainer.logger, self.run_dir, trainer.project_name, trainer.experiment_name, asdict(self.config)
-        )
+        t = self.config.trainer
+        return Tracker(t.logger, self.run_dir, t.project_name, t.experiment_name, asdict(self.config))
 
     def progress(self) -> tqdm:
         total = self.config.trainer.total_steps

@@ -59,9 +59,12 @@ class StepSampler:
         return len(self.ahead)
 
     def drain(self) -> None:
-        """Wait for the rollouts in flight, if any: the actor's engine serves one rollout at a time."""
-        for ahead in self.ahead:
-            ahead.result()
+        """Before the generator serves something else (a validation): wait for the rollouts in flight
+        where it is the actor, whose engine serves one rollout at a time; rollout workers serve it
+        beside them."""
+        if self.roles.rollout is None:
+            for ahead in self.ahead:
+                ahead.result()
 
     def loader_state(self) -> dict:
         """Where a run resumed from a checkpoint written now draws its prompts: before the prompts of

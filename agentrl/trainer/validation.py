@@ -34,7 +34,7 @@ def validate(
     """``val/<source>/<metric>`` per data source and ``val/all/<metric>`` over all of them, from one
     greedy rollout of each prompt in batches of ``data.val_batch_size``; the records count the calls
     of each of the run's ``tools`` by name."""
-    sampler.drain()  # the actor's engine serves one rollout at a time
+    sampler.drain()  # where the actor's engine serves one rollout at a time
     records = []
     size = data.val_batch_size
     for start in tqdm(range(0, len(prompts), size), desc="validating", leave=False):

@@ -1,0 +1,155 @@
+"""Rollouts drawn ahead on a rollout worker against synchronous training, under a slow search tool.
+
+    python -m benchmarks.async_rollout [--out runs/bench_async] [--seeds 0 1 2] [--latency-s 1.0]
+        [--modes sync ahead2 ahead4] [--target-em 0.55] [--short] [--plot PNG]
+
+For each seed: the quickstart's world, index, tiny model and SFT warm start once
+(``common/quickstart_phases.py``), then its PPO phase from that SFT model once per mode, every
+search first waiting a seeded lognormal delay around ``--latency-s`` (sigma 0.5; the same delay
+for the same query in every mode: ``common/slow_search.py``), a remote retriever's or a web API's:
+
+* ``sync``: the trainer as it is by default (the actor generates, then trains; its workers share
+  the node's cores as the trainer sizes them);
+* ``aheadK``: ``trainer.max_staleness=K`` with one rollout worker (``resources.rollout_workers=1``,
+  ``trainer.partial_rollout=continue``) and one torch thread per worker: the rollout worker on one
+  core, the actor, critic and reference, which run one after another, on the other.
+
+Figures per run: the wall time of ``fit()`` at each validation (``training/elapsed_s``; greedy, on
+the held-out questions, every ``trainer.test_freq`` steps) and its EM, the first wall time at which
+validation EM reaches ``--target-em`` (the acceptance: ``aheadK`` in at most 0.67x the ``sync``
+time of the same seed), the whole phase's wall time and the last EM. Each run's figures are kept
+in ``<out>/seed<S>/<mode>_<latency>.json``; a run already measured is not run again, so an
+interrupted benchmark resumes (the shared phases are rebuilt: deterministic for a seed).
+``--plot`` draws validation EM against wall time, one colour per mode, one line style per seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.common.quickstart_phases import build_shared
+
+SLOW_SEARCH = "benchmarks.common.slow_search.SlowSearchTool"
+MODES = {
+    "sync": [],
+    "ahead2": ["trainer.max_staleness=2"],
+    "ahead4": ["trainer.max_staleness=4"],
+}
+AHEAD = ["resources.rollout_workers=1", "trainer.partial_rollout=continue", "resources.torch_threads=1"]
+
+
+def slow_tools(url: str, latency_s: float, seed: int) -> str:
+    """``actor.rollout.tools``: the quickstart's search (top-1) behind the seeded delay."""
+    options = f"{{url: '{url}', topk: 1, median_s: {latency_s}, latency_seed: {seed}}}"
+    return f"actor.rollout.tools=[{{class_path: {SLOW_SEARCH}, options: {options}}}]"
+
+
+def measure(mode: str, latency_s: float, shared: dict, out: Path, seed: int, target: float) -> dict:
+    from agentrl.config import load_config
+    from agentrl.quickstart.phases import ppo_overrides, train_ppo
+
+    extra = MODES[mode] + (AHEAD if mode != "sync" else []) + [slow_tools(shared["url"], latency_s, seed)]
+    profile, files = shared["profile"], shared["files"]
+    overrides = ppo_overrides(profile, out, shared["model_dir"], files, shared["url"], extra, seed)
+    config = load_config("ppo", overrides)
+    run_dir = out / f"ppo_{mode}_{latency_s:g}"
+    config = replace(config, trainer=replace(config.trainer, run_dir=str(run_dir), resume_mode="disable"))
+    start = time.perf_counter()
+    train_ppo(config, shared["sft_dir"])
+    phase_s = time.perf_counter() - start
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    curve = [(r.get("training/elapsed_s", 0.0), r["val/all/em"]) for r in rows if "val/all/em" in r]
+    reached = next((t for t, em in curve if em >= target), None)
+    steps = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
+    stale = [r["off_policy/staleness_max"] for r in rows if "off_policy/staleness_max" in r]
+    return {
+        "mode": mode,
+        "seed": seed,
+        "latency_s": latency_s,
+        "curve": curve,
+        "seconds_to_target": reached,
+        "target_em": target,
+        "phase_s": phase_s,
+        "step_s_median": statistics.median(steps[1:]) if len(steps) > 1 else float("nan"),
+        "last_val_em": curve[-1][1] if curve else float("nan"),
+        "staleness_max": max(stale, default=0.0),
+    }
+
+
+def report(results: list[dict], target: float) -> None:
+    to_target = f"s to EM {target:g}"
+    header = f"{'seed':>4} {'mode':<7} {to_target:>12} {'ratio':>6} {'phase s':>8} {'s/step':>7}"
+    print(f"\n{header} {'last EM':>8}")
+    for seed in sorted({r["seed"] for r in results}):
+        runs = {r["mode"]: r for r in results if r["seed"] == seed}
+        base = runs.get("sync", {}).get("seconds_to_target")
+        for mode, r in runs.items():
+            t = r["seconds_to_target"]
+            ratio = f"{t / base:.2f}" if t is not None and base else "-"
+            shown = f"{t:.0f}" if t is not None else "never"
+            print(
+                f"{seed:>4} {mode:<7} {shown:>12} {ratio:>6} {r['phase_s']:>8.0f} "
+                f"{r['step_s_median']:>7.2f} {r['last_val_em']:>8.3f}"
+            )
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"sync": "tab:gray", "ahead2": "tab:blue", "ahead4": "tab:orange"}
+    styles = ["-", "--", ":"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    seeds = sorted({r["seed"] for r in results})
+    for r in results:
+        times, ems = zip(*r["curve"], strict=True) if r["curve"] else ((), ())
+        label = f"{r['mode']}, seed {r['seed']}"
+        ax.plot(times, ems, styles[seeds.index(r["seed"]) % 3], color=colours.get(r["mode"]), label=label)
+    ax.axhline(results[0]["target_em"], color="black", linewidth=0.5)
+    ax.set_xlabel("wall time of training (s)")
+    ax.set_ylabel("held-out validation EM (greedy)")
+    ax.set_title(f"PPO on the quickstart world, search latency {results[0]['latency_s']:g} s (median)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/bench_async")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--latency-s", type=float, default=1.0)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--target-em", type=float, default=0.55)
+    parser.add_argument("--short", action="store_true", help="the quickstart's short profile (a smoke run)")
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    results = []
+    for seed in args.seeds:
+        out = Path(args.out) / f"seed{seed}"
+        out.mkdir(parents=True, exist_ok=True)
+        path = {m: out / f"{m}_{args.latency_s:g}.json" for m in args.modes}
+        todo = [m for m in args.modes if not path[m].exists()]
+        if todo:
+            shared, server = build_shared(out, args.short, seed)
+            try:
+                for mode in todo:
+                    figures = measure(mode, args.latency_s, shared, out, seed, args.target_em)
+                    path[mode].write_text(json.dumps(figures, indent=2))
+            finally:
+                server.stop()
+        results += [json.loads(path[m].read_text()) for m in args.modes]
+    report(results, args.target_em)
+    if args.plot is not None:
+        plot(results, args.plot)
+
+
+if __name__ == "__main__":
+    main()
