@@ -8,8 +8,8 @@ For each seed: the quickstart's world, index, tiny model and SFT warm start once
 search first waiting a seeded lognormal delay around ``--latency-s`` (sigma 0.5; the same delay
 for the same query in every mode: ``common/slow_search.py``), a remote retriever's or a web API's:
 
-* ``sync``: the trainer as it is by default (the actor generates, then trains; its workers share
-  the node's cores as the trainer sizes them);
+* ``sync``: the synchronous trainer (the actor generates, then the roles train, one after
+  another), two torch threads per worker: both cores for whichever runs;
 * ``aheadK``: ``trainer.max_staleness=K`` with one rollout worker (``resources.rollout_workers=1``,
   ``trainer.partial_rollout=continue``) and one torch thread per worker: the rollout worker on one
   core, the actor, critic and reference, which run one after another, on the other.
@@ -36,7 +36,7 @@ from benchmarks.common.quickstart_phases import build_shared
 
 SLOW_SEARCH = "benchmarks.common.slow_search.SlowSearchTool"
 MODES = {
-    "sync": [],
+    "sync": ["resources.torch_threads=2"],
     "ahead2": ["trainer.max_staleness=2"],
     "ahead4": ["trainer.max_staleness=4"],
 }
