@@ -62,7 +62,7 @@ class StepSampler:
         """Before the generator serves something else (a validation): wait for the rollouts in flight
         where it is the actor, whose engine serves one rollout at a time; rollout workers serve it
         beside them."""
-        if self.roles.rollout is None:
+        if self.ahead and self.roles.rollout is None:  # nothing in flight: nothing to wait for
             for ahead in self.ahead:
                 ahead.result()
 
