@@ -22,17 +22,23 @@ def check_staleness(cfg: ExperimentConfig, problems: list[str]) -> None:
             "actor's own engine serves one rollout at a time (0 or 1 without rollout workers)"
         )
     _check_rollout_workers(cfg, problems)
-    if trainer.partial_rollout == "continue":
+    partial = trainer.partial_rollout
+    if partial != "off":
         if staleness_bound(trainer) == 0:
             problems.append(
-                "trainer.partial_rollout=continue needs trainer.max_staleness >= 1: on-policy, no rollout "
+                f"trainer.partial_rollout={partial} needs trainer.max_staleness >= 1: on-policy, no rollout "
                 "is in flight when the weights change"
             )
         if cfg.actor.rollout.engine != "hf":
             problems.append(
-                "trainer.partial_rollout=continue needs actor.rollout.engine=hf (the transformers engine "
+                f"trainer.partial_rollout={partial} needs actor.rollout.engine=hf (the transformers engine "
                 f"takes new weights between two decode steps), got {cfg.actor.rollout.engine!r}"
             )
+    if partial == "recompute" and not cfg.actor.rollout.continuous_batching:
+        problems.append(
+            "trainer.partial_rollout=recompute needs actor.rollout.continuous_batching=true: the running "
+            "batch is what is re-prefilled under new weights (a coalesced batch runs to completion)"
+        )
 
 
 def _check_rollout_workers(cfg: ExperimentConfig, problems: list[str]) -> None:
@@ -48,11 +54,11 @@ def _check_rollout_workers(cfg: ExperimentConfig, problems: list[str]) -> None:
             f"transformers engine takes each update's weights between two decode steps), got "
             f"{cfg.actor.rollout.engine!r}"
         )
-    if staleness_bound(cfg.trainer) > 0 and cfg.trainer.partial_rollout != "continue":
+    if staleness_bound(cfg.trainer) > 0 and cfg.trainer.partial_rollout == "off":
         problems.append(
             "resources.rollout_workers > 0 with trainer.max_staleness > 0 needs "
-            "trainer.partial_rollout=continue: a rollout worker takes each update's weights at once, "
-            "so the rollouts in flight go on with them"
+            "trainer.partial_rollout=continue or recompute: a rollout worker takes each update's "
+            "weights at once, so the rollouts in flight go on with them"
         )
     if cfg.actor.rollout.agent.entry is not None:
         problems.append(

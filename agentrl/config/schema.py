@@ -14,10 +14,10 @@ from typing import Any, Literal
 # (``typing.get_args``), and ``validate_config`` checks every ``Literal`` field generically,
 # so adding a choice is one edit here plus its implementation.
 EngineKind = Literal["hf", "vllm", "vllm-async"]
-# What a rollout in flight does when the update it overlaps ends (trainer.partial_rollout): "off"
-# finishes on the weights it started with; "continue" takes the new weights at once, so the turns
-# requested after them are sampled, and recorded, with the new version.
-PartialRollout = Literal["off", "continue"]
+# A rollout in flight when its update ends (trainer.partial_rollout): "off" finishes on its weights;
+# "continue" takes the new ones at once (later turns sampled and recorded with the new version);
+# "recompute" too, re-prefilling the sequences being decoded under them (docs/architecture.md).
+PartialRollout = Literal["off", "continue", "recompute"]
 Schedule = Literal["concurrent", "lockstep"]
 ToolErrorPolicy = Literal["observe", "raise"]
 # what a conversation that outgrows context.max_tokens loses (agent/context.py): nothing (it is cut
@@ -367,8 +367,8 @@ class TrainerConfig:
     # policy loss corrects with algorithm.is_*). Checked from the batch's versions.
     max_staleness: int = 0
     one_step_off_policy: bool = False  # the same as max_staleness: 1 (the key from before it)
-    # With max_staleness > 0: "continue" streams each update's weights into the engine while the
-    # rollout drawn ahead is still generating (a partial rollout; the transformers engine only)
+    # With max_staleness > 0: each update's weights streamed into the engine while the rollout drawn
+    # ahead generates (continue | recompute: a partial rollout; the transformers engine only)
     partial_rollout: PartialRollout = "off"
     # dead-signal alarms: warn when no tool was called, or the reward did not vary, for this many
     # steps in a row (and on every step whose groups all tied); 0 turns them off

@@ -55,12 +55,14 @@ class BatchingStats:
     max_batch_size_seen: int = 0
     generate_seconds: float = 0.0
     decode_steps: int = 0  # steps of a continuous running batch (``continuous.py``)
+    recomputed_rows: int = 0  # running rows re-prefilled under new weights (``continuous.py``)
     # Every forward of the transformers engine's two loops, by kind and rows (``count_forward``)
     forwards: dict[tuple[str, int], ForwardTally] = field(default_factory=dict)
 
     def count_forward(self, kind: str, rows: int, seconds: float, tokens: int) -> None:
-        """One ``"prefill"`` or ``"decode"`` forward of ``rows`` rows that took ``seconds`` (the
-        forward and its sampling) and fed ``tokens`` real tokens (padding not counted)."""
+        """One ``"prefill"``, ``"decode"`` or ``"recompute"`` forward of ``rows`` rows that took
+        ``seconds`` (the forward and its sampling) and fed ``tokens`` real tokens (padding not
+        counted)."""
         tally = self.forwards.setdefault((kind, rows), ForwardTally())
         tally.count += 1
         tally.seconds += seconds

@@ -12,6 +12,12 @@ decode loop runs in a worker thread over a running batch; at every step it
    resolving each caller's future on its own event loop, and drops KV columns that no
    remaining row attends to.
 
+New weights loaded between two steps (``HFEngine.update_weights``) leave the running rows'
+KV cache as the old weights computed it; with ``recompute_on_new_weights`` the engine flags
+them (``weights_changed``) and, before its next step, the batcher re-prefills every running
+row's prompt and tokens so far under the new weights (``recompute``), as a rollout stopped and
+resumed would: each token from then on is sampled by the new weights alone.
+
 A row's tokens depend only on its prompt, its parameters and its seed: positions count its
 own tokens, its padding is masked, and it samples from its own generator, so a seeded
 request gives the same tokens as the coalescing path (up to float rounding of the batch
@@ -125,6 +131,7 @@ class ContinuousBatcher:
         self.last: torch.Tensor | None = None  # (rows,) the token fed next
         self.finished: list[_Row] = []  # rows that ended this step, resolved once it is over
         self._model_mode: contextlib.ExitStack | None = None  # the eval mode held while rows run
+        self._stale_cache = False  # new weights loaded since the running rows' cache was computed
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -145,6 +152,11 @@ class ContinuousBatcher:
         self._ensure_thread()
         self.inbox.put(row)
         return future
+
+    def weights_changed(self) -> None:
+        """New weights were loaded (under the engine's lock, between two steps): the running rows'
+        cache is recomputed before the next step."""
+        self._stale_cache = True
 
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -190,6 +202,10 @@ class ContinuousBatcher:
                 with self.exec_lock, torch.inference_mode():
                     self._hold_eval_mode()
                     started = time.perf_counter()
+                    if self._stale_cache:
+                        self._stale_cache = False
+                        if self.rows:
+                            self.recompute()
                     if admitted:
                         self._admit(admitted)
                     if self.rows:
@@ -259,6 +275,21 @@ class ContinuousBatcher:
         if len(keep) < len(rows):
             cache.batch_select_indices(index)
         self._merge([rows[i] for i in keep], cache, attention[index], positions[index, -1] + 1, tokens[index])
+
+    def recompute(self) -> None:
+        """Rebuild the running batch's KV cache under the model's current weights: one prefill of
+        each row's prompt and its tokens but the last (which the next step feeds), so each row
+        continues from the same tokens, positions and generator state; only the cache changes.
+        Positions count real tokens, so the re-prefilled rows attend exactly as before."""
+        started = time.perf_counter()
+        contexts = [row.prompt + row.tokens[:-1] for row in self.rows]
+        input_ids, attention, positions = self.decoder.left_padded(contexts)
+        cache = self.decoder.new_cache()
+        self.decoder.next_token_logits(input_ids, attention, positions, cache)  # the cache is what counts
+        self.cache, self.attention, self.positions = cache, attention, positions[:, -1] + 1
+        rows = len(self.rows)
+        self.stats.recomputed_rows += rows
+        self.stats.count_forward("recompute", rows, time.perf_counter() - started, int(attention.sum()))
 
     def _merge(self, rows, cache, attention, positions, last) -> None:
         if self.cache is None:

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from agentrl.config.schema import RolloutConfig
+from agentrl.config.schema import PartialRollout, RolloutConfig
 from agentrl.engines import build_engine
 from agentrl.engines.base import Engine
 from agentrl.models.loading import load_causal_lm
@@ -36,11 +36,14 @@ from agentrl.models.loading import load_causal_lm
 @dataclass(frozen=True)
 class EngineChoice:
     """The rollout's engine: its ``kind``, whether it holds ``own_copy`` of the weights (else it
-    shares the training module), and whether it ``sleeps`` between rollouts."""
+    shares the training module), whether it ``sleeps`` between rollouts, and whether it
+    ``recomputes`` the sequences it is decoding when new weights arrive (the transformers engine's
+    running batch re-prefilled under them: ``trainer.partial_rollout: recompute``)."""
 
     kind: str
     own_copy: bool
     sleeps: bool
+    recomputes: bool = False
 
     @property
     def syncs_before_first_rollout(self) -> bool:
@@ -77,23 +80,31 @@ class EngineChoice:
             tokenizer=tokenizer,
             max_batch_size=rollout.max_batch_size,
             continuous=rollout.continuous_batching,
+            recompute_on_new_weights=self.recomputes,
         )
 
 
 def choose_engine(
-    rollout: RolloutConfig, *, strategy: str, overlap_rollout: bool, lora: bool
+    rollout: RolloutConfig,
+    *,
+    strategy: str,
+    overlap_rollout: bool,
+    lora: bool,
+    partial_rollout: PartialRollout = "off",
 ) -> EngineChoice:
     """The engine of ``rollout.engine`` for a run with this ``strategy`` (dp | fsdp), with the next
-    rollout overlapping the update (one-step-off) or not, training LoRA adapters or not."""
+    rollout overlapping the update (one-step-off) or not, training LoRA adapters or not, and what
+    a rollout in flight does with new weights (``partial_rollout``)."""
     own_copy = rollout.engine != "hf" or strategy == "fsdp" or overlap_rollout or lora
     return EngineChoice(
         kind=rollout.engine,
         own_copy=own_copy,
         sleeps=rollout.free_engine_memory and not overlap_rollout,
+        recomputes=partial_rollout == "recompute",
     )
 
 
-def rollout_role_engine(rollout: RolloutConfig) -> EngineChoice:
+def rollout_role_engine(rollout: RolloutConfig, partial_rollout: PartialRollout = "off") -> EngineChoice:
     """The engine of a rollout worker (module docstring): the transformers engine around the
     worker's own module, awake between rollouts (one may always be generating)."""
     if rollout.engine != "hf":
@@ -101,4 +112,4 @@ def rollout_role_engine(rollout: RolloutConfig) -> EngineChoice:
             f"a rollout worker (resources.rollout_workers > 0) runs the transformers engine; "
             f"actor.rollout.engine is {rollout.engine!r}"
         )
-    return EngineChoice(kind="hf", own_copy=False, sleeps=False)
+    return EngineChoice(kind="hf", own_copy=False, sleeps=False, recomputes=partial_rollout == "recompute")

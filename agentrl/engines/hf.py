@@ -54,6 +54,10 @@ class HFEngine(BatchingEngine):
             small batches to completion, ``docs/scaling.md``); False coalesces them into batches
             run to completion (``batching.py``). ``generate_batch`` (lockstep) runs its batch
             the same way in both: in chunks of ``max_batch_size``, each to completion.
+        recompute_on_new_weights: with continuous batching, the sequences being decoded when
+            ``update_weights`` loads new weights are re-prefilled under them before the next
+            decode step (``ContinuousBatcher.recompute``), so every later token is the new
+            weights' alone; False keeps the KV cache the old weights computed.
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class HFEngine(BatchingEngine):
         device: str | torch.device | None = None,
         eos_token_ids: Iterable[int] | None = None,
         continuous: bool = True,
+        recompute_on_new_weights: bool = False,
     ) -> None:
         super().__init__(max_batch_size)
         if not isinstance(model, nn.Module):
@@ -76,6 +81,12 @@ class HFEngine(BatchingEngine):
         self._continuous: ContinuousBatcher | None = None
         if continuous:
             self._continuous = ContinuousBatcher(self.decoder, self.stats, self._exec_lock, max_batch_size)
+        elif recompute_on_new_weights:
+            raise ValueError(
+                "recompute_on_new_weights needs continuous=True: a coalesced batch runs to completion "
+                "on the weights it started with"
+            )
+        self._recompute_on_new_weights = recompute_on_new_weights
         self._released_shapes: dict[str, torch.Size] | None = None  # set while asleep without weights
         self._awaiting_weights = False  # woke from such a sleep; update_weights not yet called
 
@@ -127,6 +138,8 @@ class HFEngine(BatchingEngine):
                 "the engine now mixes old and new weights"
             )
         self._awaiting_weights = False
+        if self._recompute_on_new_weights:
+            self._continuous.weights_changed()
 
     def sleep(self, release_weights: bool = False) -> int:
         """Free the engine's own weight copy when the caller will resend it (``release_weights``;

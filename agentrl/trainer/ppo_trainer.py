@@ -181,7 +181,7 @@ class PPOTrainer:
             batch, metrics = self.learn(scored, timer, off_policy=True)
             if self.roles.rollout is not None:  # the rollouts in flight go on with the new weights
                 metrics |= self.push_weights(self.global_step + 1, timer)
-            elif self.config.trainer.partial_rollout == "continue" and self.sampler.in_flight:
+            elif self.config.trainer.partial_rollout != "off" and self.sampler.in_flight:
                 with timer("weight_sync_partial"):  # the rollout in flight goes on with the new weights
                     self.roles.actor.run_all("sync_engine", self.global_step + 1)
         metrics |= self.sampler.signal(scored)

@@ -115,7 +115,11 @@ class ActorWorker(PolicyWorker, TrainableWorker, Rollouts):
         self._setup_optimizer(actor.optim)
         context = self.context
         choice = choose_engine(
-            actor.rollout, strategy=context.strategy, overlap_rollout=context.overlap_rollout, lora=self.lora
+            actor.rollout,
+            strategy=context.strategy,
+            overlap_rollout=context.overlap_rollout,
+            lora=self.lora,
+            partial_rollout=context.partial_rollout,
         )
         self.engine_link = EngineLink(
             choice,

@@ -30,6 +30,7 @@ from agentrl.config.schema import (
     Device,
     ExperimentConfig,
     OptimConfig,
+    PartialRollout,
     Strategy,
     UpdateConfig,
     staleness_bound,
@@ -64,6 +65,8 @@ class RunContext:
     # how many updates old a trained token may be (config.schema.staleness_bound); above 0 the
     # next rollout runs during the update
     max_staleness: int = 0
+    # what a rollout in flight does with each update's weights (trainer.partial_rollout)
+    partial_rollout: PartialRollout = "off"
     old_log_prob_source: OldLogProbSource = "recomputed"  # decided here, once, for driver and actor
     # the run's tools (tags, names) and their call format, as the driver built them once (tools.check)
     tools: ToolIdentity = SEARCH_ONLY
@@ -90,6 +93,7 @@ class RunContext:
             max_response_length=config.data.max_response_length,
             strategy=config.resources.strategy,
             max_staleness=staleness_bound(config.trainer),
+            partial_rollout=config.trainer.partial_rollout,
             old_log_prob_source="update_forward" if config.actor.skip_old_log_prob else "recomputed",
             tools=tools,
             socket_ifname=config.resources.socket_ifname,

@@ -45,7 +45,7 @@ class RolloutWorker(RoleWorker, ModelWorker, Rollouts):
         self.model = load_causal_lm(actor.model_path, dtype=self.compute_dtype, device=self.device).eval()
         self.model.requires_grad_(False)
         self.tokenizer = load_tokenizer(actor.model_path)
-        choice = rollout_role_engine(actor.rollout)
+        choice = rollout_role_engine(actor.rollout, self.context.partial_rollout)
         self.engine_link = EngineLink(
             choice,
             build=lambda: choice.build(

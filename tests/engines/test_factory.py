@@ -51,6 +51,24 @@ def test_only_a_transformers_copy_is_synced_before_its_first_rollout():
     assert not EngineChoice("vllm", own_copy=True, sleeps=True).syncs_before_first_rollout
 
 
+PARTIAL = [("off", False), ("continue", False), ("recompute", True)]
+
+
+@pytest.mark.parametrize(("partial", "recomputes"), PARTIAL)
+def test_only_a_recomputing_partial_rollout_builds_an_engine_that_re_prefills_under_new_weights(
+    partial, recomputes, tiny_dir, tokenizer
+):
+    rollout = RolloutConfig(max_batch_size=8)
+    actor_side = choose_engine(
+        rollout, strategy="dp", overlap_rollout=True, lora=False, partial_rollout=partial
+    )
+    for choice in (actor_side, factory.rollout_role_engine(rollout, partial)):
+        assert choice.recomputes is recomputes
+        engine = _build(choice, load_causal_lm(tiny_dir), tokenizer, tiny_dir, rollout)
+        assert engine._recompute_on_new_weights is recomputes
+        engine.shutdown()
+
+
 def _build(choice: EngineChoice, model: torch.nn.Module, tokenizer, model_dir, rollout=None):
     return choice.build(
         rollout or RolloutConfig(max_batch_size=8),

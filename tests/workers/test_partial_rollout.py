@@ -16,7 +16,7 @@ from agentrl.workers.actor import ActorWorker
 from agentrl.workers.base import RunContext
 
 
-def actor(model_dir) -> ActorWorker:
+def actor(model_dir, partial_rollout: str = "continue") -> ActorWorker:
     """A one-step-off actor (its engine holds its own copy) whose random policy never calls a tool:
     each turn ends at its 6-token cap, the format's hint follows, and the next turn begins."""
     section = ActorConfig(
@@ -26,7 +26,13 @@ def actor(model_dir) -> ActorWorker:
         rollout=RolloutConfig(max_turns=2, max_tokens_per_turn=6, max_obs_length=64),
     )
     context = RunContext(
-        seed=0, device="cpu", total_steps=4, max_prompt_length=64, max_response_length=128, max_staleness=1
+        seed=0,
+        device="cpu",
+        total_steps=4,
+        max_prompt_length=64,
+        max_response_length=128,
+        max_staleness=1,
+        partial_rollout=partial_rollout,
     )
     return ActorWorker(section, context)
 
@@ -94,9 +100,17 @@ def test_weights_synced_mid_rollout_reach_the_turns_asked_for_after_them_with_th
             },
             "needs actor.rollout.engine=hf",
         ),
+        (
+            {
+                "trainer.partial_rollout": "recompute",
+                "trainer.max_staleness": 1,
+                "actor.rollout.continuous_batching": "false",
+            },
+            "recompute needs actor.rollout.continuous_batching=true",
+        ),
     ],
 )
-def test_a_partial_rollout_without_a_rollout_in_flight_or_on_vllm_is_refused_by_name(
+def test_a_partial_rollout_is_refused_by_name_off_policy_only_on_hf_and_recomputed_only_when_continuous(
     tiny_model_dir, overrides, needle
 ):
     from agentrl.config.loader import ConfigError, load_config
@@ -104,3 +118,14 @@ def test_a_partial_rollout_without_a_rollout_in_flight_or_on_vllm_is_refused_by_
     pairs = [f"{k}={v}" for k, v in {"actor.model_path": str(tiny_model_dir), **overrides}.items()]
     with pytest.raises(ConfigError, match=needle):
         load_config(overrides=pairs)
+
+
+def test_a_recomputing_partial_rollout_reaches_the_actors_engine_from_the_config(tiny_model_dir):
+    from agentrl.config.loader import load_config
+
+    pairs = [f"actor.model_path={tiny_model_dir}", "trainer.max_staleness=1"]
+    pairs.append("trainer.partial_rollout=recompute")
+    assert RunContext.from_config(load_config(overrides=pairs)).partial_rollout == "recompute"
+    worker = actor(tiny_model_dir, partial_rollout="recompute")
+    assert worker.engine_link.choice.recomputes and worker.engine_link.choice.own_copy
+    worker.shutdown()
