@@ -205,6 +205,31 @@ def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itsel
         assert all(r["rollout/logprob_diff"] > 1e-3 for r, stale in zip(rows, expected, strict=True) if stale)
 
 
+def test_on_policy_on_a_rollout_worker_is_the_synchronous_trainer_bit_for_bit(search_world, tmp_path):
+    """``max_staleness`` 0 with a rollout worker samples the same trajectories with the same weights:
+    the final weights and every logged figure but the clocks and memory readings equal the actor-only
+    run's. The worker's engine computes the sampling log-probs in another batch shape, so their gap to
+    the actor's (``rollout/logprob_diff``) agrees to float rounding, not to the bit; the actor's engine
+    never sleeps there, so it reports no freed memory."""
+    grpo = {"actor.rollout.n": 2, "actor.update.mini_batch_size": 8}
+    runs = {}
+    for name, extra in (("synchronous", {}), ("rollout_worker", ROLLOUT_WORKER)):
+        run_dir = tmp_path / name
+        _, _, after = run("grpo", search_world.overrides(run_dir, steps=3, **grpo, **extra), in_process=True)
+        runs[name] = (after["actor"], read_metrics(run_dir))
+    (weights, rows), (worker_weights, worker_rows) = runs["synchronous"], runs["rollout_worker"]
+    assert worker_weights == weights
+    measured = ("timing_s/", "training/elapsed_s", "perf/", "memory/", "throughput/", "actor/rss_gib")
+    measured += ("actor/peak_rss_gib", "rollout/weight_load_s", "actor/engine_sleep_freed_mb")
+    for row, worker_row in zip(rows, worker_rows, strict=True):
+        assert "actor/engine_sleep_freed_mb" in row and "actor/engine_sleep_freed_mb" not in worker_row
+        figures = {k: v for k, v in row.items() if not k.startswith(measured)}
+        assert set(figures) == {k for k in worker_row if not k.startswith(measured)}
+        gap = figures.pop("rollout/logprob_diff")
+        assert worker_row["rollout/logprob_diff"] == pytest.approx(gap, abs=1e-6)
+        assert len(figures) > 20 and {k: worker_row[k] for k in figures} == figures
+
+
 def test_a_partial_rollout_streams_each_updates_weights_to_the_rollout_in_flight_with_their_version(
     search_world, tmp_path, monkeypatch
 ):
