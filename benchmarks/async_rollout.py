@@ -17,9 +17,12 @@ for the same query in every mode: ``common/slow_search.py``), a remote retriever
 Figures per run: the wall time of ``fit()`` at each validation (``training/elapsed_s``; greedy, on
 the held-out questions, every ``trainer.test_freq`` steps) and its EM, the first wall time at which
 validation EM reaches ``--target-em`` (the acceptance: ``aheadK`` in at most 0.67x the ``sync``
-time of the same seed), the whole phase's wall time and the last EM. Each run's figures are kept
-in ``<out>/seed<S>/<mode>_<latency>.json``; a run already measured is not run again, so an
-interrupted benchmark resumes (the shared phases are rebuilt: deterministic for a seed).
+time of the same seed), the whole phase's wall time and the last EM, and where a step's time
+goes (medians over the steps after the first): ``wait`` is the driver's wait for the step's
+rollout (``timing_s/gen`` when it generates, ``timing_s/gen_wait`` for one drawn ahead),
+``train`` the roles' passes after it (old log-probs, reference, values, both updates). Each run's
+figures are kept in ``<out>/seed<S>/<mode>_<latency>.json``; a run already measured is not run
+again, so an interrupted benchmark resumes (the shared phases are rebuilt: deterministic for a seed).
 ``--plot`` draws validation EM against wall time, one colour per mode, one line style per seed.
 """
 
@@ -78,23 +81,51 @@ def measure(mode: str, latency_s: float, shared: dict, out: Path, seed: int, tar
         "step_s_median": statistics.median(steps[1:]) if len(steps) > 1 else float("nan"),
         "last_val_em": curve[-1][1] if curve else float("nan"),
         "staleness_max": max(stale, default=0.0),
+        **step_split(rows),
     }
 
 
+TRAIN_PASSES = ("old_log_prob", "ref", "values", "update_actor", "update_critic")
+
+
+def step_split(rows: list[dict]) -> dict:
+    """Medians over the steps after the first of the wait for the rollout and of the roles' passes."""
+    steps = [r for r in rows if "timing_s/step" in r][1:]
+    wait = [r.get("timing_s/gen", r.get("timing_s/gen_wait", 0.0)) for r in steps]
+    train = [sum(r.get(f"timing_s/{p}", 0.0) for p in TRAIN_PASSES) for r in steps]
+    median = statistics.median
+    return {
+        "wait_s_median": median(wait) if wait else float("nan"),
+        "train_s_median": median(train) if train else float("nan"),
+    }
+
+
+def with_split(figures: dict, out: Path) -> dict:
+    """A run's figures with its step split, read from its metrics when its record predates it."""
+    if "wait_s_median" not in figures:
+        run_dir = out / f"ppo_{figures['mode']}_{figures['latency_s']:g}"
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        figures = {**figures, **step_split(rows)}
+    return figures
+
+
 def report(results: list[dict], target: float) -> None:
+    """One row per run; the ratios are against the same seed's ``sync`` run."""
     to_target = f"s to EM {target:g}"
-    header = f"{'seed':>4} {'mode':<7} {to_target:>12} {'ratio':>6} {'phase s':>8} {'s/step':>7}"
-    print(f"\n{header} {'last EM':>8}")
+    header = f"{'seed':>4} {'mode':<7} {to_target:>12} {'ratio':>6} {'phase s':>8} {'ratio':>6} {'s/step':>7}"
+    print(f"\n{header} {'wait s':>7} {'train s':>7} {'last EM':>8}")
     for seed in sorted({r["seed"] for r in results}):
         runs = {r["mode"]: r for r in results if r["seed"] == seed}
-        base = runs.get("sync", {}).get("seconds_to_target")
+        base = runs.get("sync", {})
         for mode, r in runs.items():
-            t = r["seconds_to_target"]
-            ratio = f"{t / base:.2f}" if t is not None and base else "-"
+            t, t0 = r["seconds_to_target"], base.get("seconds_to_target")
+            ratio = f"{t / t0:.2f}" if t is not None and t0 else "-"
+            phase_ratio = f"{r['phase_s'] / base['phase_s']:.2f}" if base else "-"
             shown = f"{t:.0f}" if t is not None else "never"
             print(
-                f"{seed:>4} {mode:<7} {shown:>12} {ratio:>6} {r['phase_s']:>8.0f} "
-                f"{r['step_s_median']:>7.2f} {r['last_val_em']:>8.3f}"
+                f"{seed:>4} {mode:<7} {shown:>12} {ratio:>6} {r['phase_s']:>8.0f} {phase_ratio:>6} "
+                f"{r['step_s_median']:>7.2f} {r['wait_s_median']:>7.2f} {r['train_s_median']:>7.2f} "
+                f"{r['last_val_em']:>8.3f}"
             )
 
 
@@ -145,7 +176,7 @@ def main() -> None:
                     path[mode].write_text(json.dumps(figures, indent=2))
             finally:
                 server.stop()
-        results += [json.loads(path[m].read_text()) for m in args.modes]
+        results += [with_split(json.loads(path[m].read_text()), out) for m in args.modes]
     report(results, args.target_em)
     if args.plot is not None:
         plot(results, args.plot)
