@@ -130,6 +130,18 @@ def zombies_of_sandbox_uids() -> list[int]:
     return found
 
 
+def sandbox_key_counts() -> dict[int, int]:
+    """How many keys and keyrings the kernel holds for each of the sandbox's uids that has any
+    (``/proc/key-users``, read on the host: what the code reports of itself is not evidence)."""
+    counts = {}
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/key-users").read_text().splitlines():
+            uid, fields = line.split(":", 1)
+            if int(uid) in UIDS:
+                counts[int(uid)] = int(fields.split()[1].split("/")[0])
+    return counts
+
+
 def open_descriptors() -> dict[str, str]:
     """This process's open descriptors and what each points to (a path, ``pipe:[inode]``...)."""
     targets = {}
@@ -524,7 +536,7 @@ def test_the_python_tool_is_built_by_config_and_called_by_tags_and_by_hermes_jso
     assert tool.open_sessions == 0
 
 
-def test_a_thousand_calls_at_concurrency_sixteen_leave_no_process_directory_or_descriptor(
+def test_a_thousand_calls_at_concurrency_sixteen_leave_no_process_directory_descriptor_key_or_zombie(
     work_root, monkeypatch
 ):
     tool = make(LEVELS[0], work_root, max_interpreters=16)
@@ -557,7 +569,7 @@ def test_a_thousand_calls_at_concurrency_sixteen_leave_no_process_directory_or_d
         return results
 
     assert run_session(tool, "1") == ["1"]  # warm: imports and the first start are not leaks
-    processes, threads = descendants(), threading.active_count()
+    processes, threads, keys = descendants(), threading.active_count(), sandbox_key_counts()
     results = asyncio.run(go())
     assert len(results) == 1000
     assert all(got == expected for got, expected in results)
@@ -571,6 +583,7 @@ def test_a_thousand_calls_at_concurrency_sixteen_leave_no_process_directory_or_d
     left = {fd: t for fd, t in open_descriptors().items() if t in pipes or t.startswith(lock_dir + os.sep)}
     assert left == {}
     assert zombies_of_sandbox_uids() == [], "every process a session started was reaped"
+    assert sandbox_key_counts() == keys, "no sandbox uid was given a key or keyring by the kernel"
     if tool.cgroups is not None:  # and every session's memory cgroup removed
         mine = f"agentrl-python-{os.getpid()}-"
         assert [e for e in os.listdir(tool.cgroups.parent) if e.startswith(mine)] == []

@@ -9,7 +9,13 @@ import os
 
 import pytest
 
-from tests.tools.test_python_sandbox import LEVELS, NAMESPACE_LEVELS, make, run_session
+from tests.tools.test_python_sandbox import (
+    LEVELS,
+    NAMESPACE_LEVELS,
+    make,
+    run_session,
+    sandbox_key_counts,
+)
 from tests.tools.test_python_sandbox import work_root as work_root  # the fixture, under its own name
 
 SYSCALL = """
@@ -29,9 +35,11 @@ def test_no_key_is_stored_in_a_kernel_keyring_for_a_later_session_of_the_same_ui
     tool = make(level, work_root, max_interpreters=1)  # one uid, handed to each session in turn
     store = SYSCALL + f'print(call(248, b"user", b"agentrl-k", b"secret", 6, {KEY_SPEC_USER_KEYRING}))'
     read = SYSCALL + f'print(call(249, b"user", b"agentrl-k", None, {KEY_SPEC_USER_KEYRING}))'
+    keys = sandbox_key_counts()
     (stored,) = run_session(tool, store)
     (found,) = run_session(tool, read)
     assert stored == "Operation not permitted" and found == "Operation not permitted"
+    assert sandbox_key_counts() == keys  # as the host's kernel sees it, not only as the code says
 
 
 REFUSED = {
