@@ -32,10 +32,9 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.common.quickstart_phases import build_shared
+from benchmarks.common.quickstart_phases import build_shared, ppo_phase_config
 
 SLOW_SEARCH = "benchmarks.common.slow_search.SlowSearchTool"
 MODES = {
@@ -53,15 +52,11 @@ def slow_tools(url: str, latency_s: float, seed: int) -> str:
 
 
 def measure(mode: str, latency_s: float, shared: dict, out: Path, seed: int, target: float) -> dict:
-    from agentrl.config import load_config
-    from agentrl.quickstart.phases import ppo_overrides, train_ppo
+    from agentrl.quickstart.phases import train_ppo
 
     extra = MODES[mode] + (AHEAD if mode != "sync" else []) + [slow_tools(shared["url"], latency_s, seed)]
-    profile, files = shared["profile"], shared["files"]
-    overrides = ppo_overrides(profile, out, shared["model_dir"], files, shared["url"], extra, seed)
-    config = load_config("ppo", overrides)
     run_dir = out / f"ppo_{mode}_{latency_s:g}"
-    config = replace(config, trainer=replace(config.trainer, run_dir=str(run_dir), resume_mode="disable"))
+    config = ppo_phase_config(shared, out, run_dir, extra, seed)
     start = time.perf_counter()
     train_ppo(config, shared["sft_dir"])
     phase_s = time.perf_counter() - start

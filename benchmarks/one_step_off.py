@@ -21,10 +21,9 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.common.quickstart_phases import build_shared
+from benchmarks.common.quickstart_phases import build_shared, ppo_phase_config
 
 MODES = {
     "on_policy": [],
@@ -34,14 +33,11 @@ MODES = {
 
 
 def measure(mode: str, extra: list[str], shared: dict, out: Path, seed: int) -> dict:
-    from agentrl.config import load_config
-    from agentrl.quickstart.phases import evaluate_heldout, ppo_overrides, train_ppo
+    from agentrl.quickstart.phases import evaluate_heldout, train_ppo
 
     profile, files = shared["profile"], shared["files"]
-    overrides = ppo_overrides(profile, out, shared["model_dir"], files, shared["url"], extra, seed)
-    config = load_config("ppo", overrides)
     run_dir = out / f"ppo_{mode}"
-    config = replace(config, trainer=replace(config.trainer, run_dir=str(run_dir), resume_mode="disable"))
+    config = ppo_phase_config(shared, out, run_dir, extra, seed)
     start = time.perf_counter()
     policy = train_ppo(config, shared["sft_dir"])
     ppo_seconds = time.perf_counter() - start

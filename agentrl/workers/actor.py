@@ -20,7 +20,6 @@ from agentrl.core.batch import Batch
 from agentrl.core.losses import agg_loss, kl_penalty, policy_loss
 from agentrl.core.masked import masked_mean
 from agentrl.engines.factory import choose_engine
-from agentrl.engines.link import EngineLink
 from agentrl.models.attention import use_varlen_attention
 from agentrl.models.export import export_hf_dir, plain_weights
 from agentrl.models.forward import no_grad_over_micro_batches, policy_forward
@@ -121,17 +120,8 @@ class ActorWorker(PolicyWorker, TrainableWorker, Rollouts):
             lora=self.lora,
             partial_rollout=context.partial_rollout,
         )
-        self.engine_link = EngineLink(
-            choice,
-            build=lambda: choice.build(
-                actor.rollout,
-                model=self.model,
-                tokenizer=self.tokenizer,
-                model_path=self.model_path,
-                dtype=self.compute_dtype,
-                device=self.device,
-            ),
-            weights=lambda: plain_weights(self.model, lora=self.lora),
+        self.engine_link = self.link_engine(
+            choice, self.model_path, weights=lambda: plain_weights(self.model, lora=self.lora)
         )
 
     # --- Stage 1: rollout ------------------------------------------------------------

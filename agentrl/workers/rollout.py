@@ -26,7 +26,6 @@ import torch
 from agentrl.agent.generation import RolloutResult
 from agentrl.config.schema import ActorConfig
 from agentrl.engines.factory import rollout_role_engine
-from agentrl.engines.link import EngineLink
 from agentrl.models.loading import DTYPES, load_causal_lm, load_tokenizer
 from agentrl.workers.base import ModelWorker, RoleWorker
 from agentrl.workers.rollouts import Rollouts
@@ -46,18 +45,8 @@ class RolloutWorker(RoleWorker, ModelWorker, Rollouts):
         self.model.requires_grad_(False)
         self.tokenizer = load_tokenizer(actor.model_path)
         choice = rollout_role_engine(actor.rollout, self.context.partial_rollout)
-        self.engine_link = EngineLink(
-            choice,
-            build=lambda: choice.build(
-                actor.rollout,
-                model=self.model,
-                tokenizer=self.tokenizer,
-                model_path=actor.model_path,
-                dtype=self.compute_dtype,
-                device=self.device,
-            ),
-            weights=lambda: self.model.state_dict(),  # never stale: it shares this module
-        )
+        # never stale: the engine shares this module
+        self.engine_link = self.link_engine(choice, actor.model_path, weights=lambda: self.model.state_dict())
         self._loop = asyncio.new_event_loop()  # every rollout of this worker runs here
         threading.Thread(target=self._loop.run_forever, name="rollouts", daemon=True).start()
 

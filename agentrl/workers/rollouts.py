@@ -10,28 +10,51 @@ same weights whichever role runs it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agentrl.agent.generation import LLMGenerationManager, RolloutResult
 from agentrl.agent.sampling import rollout_sampling
 from agentrl.config.schema import ActorConfig
 from agentrl.endpoint.agents import AgentRollout
+from agentrl.engines.base import Engine
+from agentrl.engines.factory import EngineChoice
 from agentrl.engines.link import EngineLink
+from agentrl.engines.weights import WeightStream
 from agentrl.seeding import derive_seed
 from agentrl.workers.base import RunContext
 
 
 class Rollouts:
-    """The rollout of a worker with ``actor`` (its config section), ``context``, ``tokenizer`` and
-    ``engine_link``: built on first use (its tools may open connections)."""
+    """The rollout of a worker with ``actor`` (its config section), ``context``, ``tokenizer``,
+    ``model`` and ``engine_link``: built on first use (its tools may open connections)."""
 
     actor: ActorConfig
     context: RunContext
     tokenizer: Any
+    model: Any
+    compute_dtype: Any
+    device: Any
     engine_link: EngineLink
     _rollout: LLMGenerationManager | AgentRollout | None = None
     closes_tools_after_run = True  # the built-in loop's tools close at each rollout's end
+
+    def link_engine(
+        self, choice: EngineChoice, model_path: str, weights: Callable[[], WeightStream]
+    ) -> EngineLink:
+        """The link to ``choice``'s engine around this worker's module, refreshed from ``weights``."""
+
+        def build() -> Engine:  # on first use
+            return choice.build(
+                self.actor.rollout,
+                model=self.model,
+                tokenizer=self.tokenizer,
+                model_path=model_path,
+                dtype=self.compute_dtype,
+                device=self.device,
+            )
+
+        return EngineLink(choice, build=build, weights=weights)
 
     @property
     def rollout(self) -> LLMGenerationManager | AgentRollout:

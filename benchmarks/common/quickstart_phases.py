@@ -4,6 +4,10 @@ for a benchmark that runs several PPO phases from the same SFT model."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentrl.config.schema import ExperimentConfig
 
 
 def build_shared(out: Path, short: bool, seed: int) -> tuple[dict, object]:
@@ -39,3 +43,17 @@ def build_shared(out: Path, short: bool, seed: int) -> tuple[dict, object]:
         "sft_dir": sft.model_dir,
     }
     return shared, server
+
+
+def ppo_phase_config(shared: dict, out: Path, run_dir: Path, extra: list[str], seed: int) -> ExperimentConfig:
+    """The quickstart's PPO config from the shared SFT model, with ``extra`` overrides, writing to
+    ``run_dir`` from scratch (a benchmark's run is never resumed)."""
+    from dataclasses import replace
+
+    from agentrl.config import load_config
+    from agentrl.quickstart.phases import ppo_overrides
+
+    profile, files = shared["profile"], shared["files"]
+    overrides = ppo_overrides(profile, out, shared["model_dir"], files, shared["url"], extra, seed)
+    config = load_config("ppo", overrides)
+    return replace(config, trainer=replace(config.trainer, run_dir=str(run_dir), resume_mode="disable"))
