@@ -51,11 +51,16 @@ def slow_tools(url: str, latency_s: float, seed: int) -> str:
     return f"actor.rollout.tools=[{{class_path: {SLOW_SEARCH}, options: {options}}}]"
 
 
+def run_dir_of(out: Path, mode: str, latency_s: float) -> Path:
+    """Where a mode's PPO phase at this latency writes its run (its ``metrics.jsonl``)."""
+    return out / f"ppo_{mode}_{latency_s:g}"
+
+
 def measure(mode: str, latency_s: float, shared: dict, out: Path, seed: int, target: float) -> dict:
     from agentrl.quickstart.phases import train_ppo
 
     extra = MODES[mode] + (AHEAD if mode != "sync" else []) + [slow_tools(shared["url"], latency_s, seed)]
-    run_dir = out / f"ppo_{mode}_{latency_s:g}"
+    run_dir = run_dir_of(out, mode, latency_s)
     config = ppo_phase_config(shared, out, run_dir, extra, seed)
     start = time.perf_counter()
     train_ppo(config, shared["sft_dir"])
@@ -98,7 +103,7 @@ def step_split(rows: list[dict]) -> dict:
 def with_split(figures: dict, out: Path) -> dict:
     """A run's figures with its step split, read from its metrics when its record predates it."""
     if "wait_s_median" not in figures:
-        run_dir = out / f"ppo_{figures['mode']}_{figures['latency_s']:g}"
+        run_dir = run_dir_of(out, figures["mode"], figures["latency_s"])
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         figures = {**figures, **step_split(rows)}
     return figures
