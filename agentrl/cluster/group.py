@@ -19,7 +19,7 @@ import numpy as np
 import ray
 import torch
 
-from agentrl.cluster.role_calls import LOST, CallPolicy, RankSite, RoleFailure, gather
+from agentrl.cluster.role_calls import LOST, POLL_S, CallPolicy, RankSite, RoleFailure, gather
 from agentrl.cluster.runtime_env import worker_runtime_env
 from agentrl.cluster.sharding import balanced_partition, chunk_bounds, token_counts
 from agentrl.core.batch import Batch
@@ -65,6 +65,11 @@ class Pending:
     def result(self) -> Any:
         """Wait for every rank and reassemble (as ``run_shards`` does)."""
         return combine(self._collect(self._refs))
+
+    def done(self) -> bool:
+        """Whether every rank has answered (``result`` then returns without waiting)."""
+        _, waiting = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        return not waiting
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,28 @@ class WorkerGroup:
             for w, a, b in zip(self.workers, bounds[:-1], bounds[1:], strict=True)
         ]
         return Pending(refs, lambda done: self.gather(done, method))
+
+    def submit_to(self, rank: int, method: str, *args: Any, **kwargs: Any) -> Pending:
+        """``method(*args)`` on rank ``rank`` alone, without waiting (a unit of work the caller
+        places itself, as ``group_buffer`` places each group on the least busy rollout worker)."""
+        self._check_started()
+        refs = [getattr(self.workers[rank], method).remote(*args, **kwargs)]
+        return Pending(refs, lambda done: gather(done, [self.sites[rank]], self.name, method, self.calls))
+
+    def wait_any(self, pending: Sequence[Pending]) -> None:
+        """Return once one of ``pending`` (this group's) is done; ``RoleFailure`` first when a node
+        of this group is lost meanwhile (the failed call itself is named by its ``result``)."""
+        refs = [ref for p in pending for ref in p._refs]
+        while refs:
+            ready, _ = ray.wait(refs, num_returns=1, timeout=POLL_S)
+            if ready:
+                return
+            if self.calls.watch is not None:
+                lost = self.calls.watch.lost({site.node_id for site in self.sites})
+                if lost is not None:
+                    node, why = lost
+                    site = next(s for s in self.sites if s.node_id == node)
+                    raise RoleFailure(self.name, site, "wait_any", why, node_lost=True)
 
     def shutdown(self) -> None:
         # Best effort: the actors are killed next whatever happens here.

@@ -22,6 +22,7 @@ def check_staleness(cfg: ExperimentConfig, problems: list[str]) -> None:
             "actor's own engine serves one rollout at a time (0 or 1 without rollout workers)"
         )
     _check_rollout_workers(cfg, problems)
+    _check_take_groups(cfg, problems)
     partial = trainer.partial_rollout
     if partial != "off":
         if staleness_bound(trainer) == 0:
@@ -71,4 +72,26 @@ def _check_rollout_workers(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(
             f"resources.rollout_workers={workers} must divide the step's {trajectories} trajectories "
             "(data.train_batch_size × actor.rollout.n)"
+        )
+
+
+def _check_take_groups(cfg: ExperimentConfig, problems: list[str]) -> None:
+    """``trainer.take_groups=first_done`` and ``trainer.stale_group``: what they need."""
+    trainer = cfg.trainer
+    if trainer.take_groups == "by_step":
+        if trainer.stale_group == "drop":
+            problems.append(
+                "trainer.stale_group=drop needs trainer.take_groups=first_done: by step, every group "
+                "is trained by the step it was drawn for, never past the bound"
+            )
+        return
+    if cfg.resources.rollout_workers == 0:
+        problems.append(
+            "trainer.take_groups=first_done needs resources.rollout_workers >= 1: the groups generate "
+            "side by side on the rollout workers (the actor's engine serves one rollout at a time)"
+        )
+    if staleness_bound(trainer) == 0:
+        problems.append(
+            "trainer.take_groups=first_done needs trainer.max_staleness >= 1: on-policy, a step's "
+            "groups are all drawn for it"
         )

@@ -5,6 +5,8 @@ YAML presets (``ppo.yaml``, ``grpo.yaml`` beside this file) and command-line ove
 of the wrong type is rejected by name before any work starts (see ``loader.py``).
 """
 
+# long: every key a user can set, with its type, default and meaning, is read in this one file
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,6 +20,10 @@ EngineKind = Literal["hf", "vllm", "vllm-async"]
 # "continue" takes the new ones at once (later turns sampled and recorded with the new version);
 # "recompute" too, re-prefilling the sequences being decoded under them (docs/architecture.md).
 PartialRollout = Literal["off", "continue", "recompute"]
+# trainer.take_groups: a step trains on its own groups, or the first done; trainer.stale_group: a
+# group the bound would pass is waited for, or dropped
+TakeGroups = Literal["by_step", "first_done"]
+StaleGroup = Literal["wait", "drop"]
 Schedule = Literal["concurrent", "lockstep"]
 ToolErrorPolicy = Literal["observe", "raise"]
 # what a conversation that outgrows context.max_tokens loses (agent/context.py): nothing (it is cut
@@ -370,6 +376,10 @@ class TrainerConfig:
     # With max_staleness > 0: each update's weights streamed into the engine while the rollout drawn
     # ahead generates (continue | recompute: a partial rollout; the transformers engine only)
     partial_rollout: PartialRollout = "off"
+    # On rollout workers: a step trains on the groups drawn for it (by_step), or on the first
+    # data.train_batch_size done of all generating (first_done; a slow one waits for a later step)
+    take_groups: TakeGroups = "by_step"
+    stale_group: StaleGroup = "wait"
     # dead-signal alarms: warn when no tool was called, or the reward did not vary, for this many
     # steps in a row (and on every step whose groups all tied); 0 turns them off
     alarm_after_steps: int = 5

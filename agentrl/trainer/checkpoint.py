@@ -15,7 +15,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class TrainerState:
     kl_ctrl: dict[str, Any]
     rng: dict[str, Any]
     train_seconds: float = 0.0  # fit()'s time so far (trainer.time_budget_minutes)
+    # what the rollouts drawn ahead keep beyond the loader (group_buffer: the groups already trained)
+    ahead: dict[str, Any] = field(default_factory=dict)
 
     def save(self, directory: Path) -> None:
         torch.save(asdict(self), directory / TRAINER_STATE)
@@ -45,6 +47,7 @@ class TrainerState:
         return cls(
             **{key: state[key] for key in ("global_step", "loader", "kl_ctrl", "rng")},
             train_seconds=state.get("train_seconds", 0.0),
+            ahead=state.get("ahead", {}),  # absent before trainer.take_groups
         )
 
 

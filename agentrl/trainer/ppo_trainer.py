@@ -172,7 +172,7 @@ class PPOTrainer:
         timer = StepTimer()
         with timer("step"):
             with timer("gen_wait"):
-                rollout = self.sampler.take_ahead(self.global_step)
+                rollout, ahead_metrics = self.sampler.take_ahead(self.global_step)
             # up to max_staleness in flight; without rollout workers (one at most) the actor's engine
             # is brought up to date before it draws
             sync = None if self.roles.rollout else lambda: self.sync_engine(timer)
@@ -184,7 +184,7 @@ class PPOTrainer:
             elif self.config.trainer.partial_rollout != "off" and self.sampler.in_flight:
                 with timer("weight_sync_partial"):  # the rollout in flight goes on with the new weights
                     self.roles.actor.run_all("sync_engine", self.global_step + 1)
-        metrics |= self.sampler.signal(scored)
+        metrics |= self.sampler.signal(scored) | ahead_metrics
         return self.close_step(rollout, batch, metrics, timer)
 
     def sync_engine(self, timer: StepTimer) -> None:
@@ -362,10 +362,9 @@ class PPOTrainer:
         self.roles.actor.run_all("save_checkpoint", str(partial))
         if self.use_critic:
             self.roles.critic.run_all("save_checkpoint", str(partial))
-        loader = self.sampler.loader_state()
-        state = TrainerState(
-            self.global_step, loader, self.kl_ctrl.state_dict(), rng_state(), self.budget.spent_s()
-        )
+        sampler = self.sampler
+        state = TrainerState(self.global_step, sampler.loader_state(), self.kl_ctrl.state_dict(), rng_state())
+        state.train_seconds, state.ahead = self.budget.spent_s(), sampler.ahead_record()
         state.save(partial)
         info: dict = {"experiment": self.config.trainer.experiment_name}
         if score is not None:
@@ -383,6 +382,7 @@ class PPOTrainer:
         state = TrainerState.load(path)
         self.global_step = state.global_step
         self.loader.load_state_dict(state.loader)
+        self.sampler.restore_ahead(state.ahead)
         self.kl_ctrl.load_state_dict(state.kl_ctrl)
         set_rng_state(state.rng)
         self.budget.spent_before = state.train_seconds

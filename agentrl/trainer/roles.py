@@ -109,8 +109,13 @@ def role_specs(
     reward_cls = RewardModelWorker if config.reward.reward_model_path else RuleRewardWorker
     specs.append(RoleSpec("reward", reward_cls, config.reward, 1))
     if res.rollout_workers:
-        # up to max_staleness rollouts generate at once, beside a weight load and a validation
-        slots = context.max_staleness + 2
+        # up to max_staleness rollouts generate at once (by_step), or the groups of up to one step more
+        # (first_done, spread over the workers), beside a weight load and a validation
+        calls = context.max_staleness
+        if config.trainer.take_groups == "first_done":
+            groups = (context.max_staleness + 1) * config.data.train_batch_size
+            calls = -(-groups // res.rollout_workers)
+        slots = calls + 2
         specs.append(RoleSpec("rollout", RolloutWorker, config.actor, res.rollout_workers, slots))
     return specs
 

@@ -4,18 +4,17 @@ With ``algorithm.dynamic_sampling`` a step draws further rounds of prompts from 
 enough groups differ in score (``group_filter.fill_groups``); without it, one round. Either way
 the step's signal metrics (``group_filter.signal_metrics``) cover every sample generated.
 
-Rollouts drawn ahead (``trainer.max_staleness`` k) are held here in flight, oldest first: the
-next steps', submitted before this step's update (``draw_ahead``) and each trained on by its own
-step (``take_ahead``); up to k at once, generating on the rollout workers (or, for k = 1, on the
-actor's engine) while the actor trains. The sampler alone holds them: it waits for them before
-the engine serves anything else (``drain``), and it says where a checkpoint resumes drawing
-prompts from (``loader_state``: before the prompts of the oldest rollout in flight). Generation
-runs on ``Roles.generator``: the rollout workers when the run has them, else the actor.
+Rollouts drawn ahead (``trainer.max_staleness`` k) are held by the sampler's ``ahead``, chosen once
+from ``trainer.take_groups``: a step's rollout at a time (``rollout_ahead.StepsAhead``), or groups
+taken as they finish (``group_buffer.GroupBuffer``). Either is filled before a step's update
+(``fill_ahead``) and taken from by the steps after (``take_ahead``); the sampler alone holds it: it
+waits for it before the engine serves anything else (``drain``), and says where a checkpoint resumes
+drawing prompts from (``loader_state``, ``ahead_record``). Generation runs on ``Roles.generator``:
+the rollout workers when the run has them, else the actor.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -23,13 +22,14 @@ from tqdm import tqdm
 
 from agentrl.agent.collate import collate
 from agentrl.agent.generation import RolloutResult
-from agentrl.config.schema import ExperimentConfig
+from agentrl.config.schema import ExperimentConfig, staleness_bound
 from agentrl.core.batch import Batch
 from agentrl.seeding import derive_seed
 from agentrl.trainer.dataset import StatefulLoader
+from agentrl.trainer.group_buffer import GroupBuffer
 from agentrl.trainer.group_filter import Scored, fill_groups, signal_metrics
 from agentrl.trainer.roles import Roles
-from agentrl.trainer.rollout_ahead import RolloutAhead
+from agentrl.trainer.rollout_ahead import RolloutAhead, StepsAhead
 from agentrl.trainer.step_metrics import StepTimer
 from agentrl.workers.reward import turn_scores
 
@@ -51,50 +51,62 @@ class StepSampler:
         self.config, self.roles, self.tokenizer, self.loader = config, roles, tokenizer, loader
         self.grouped = grouped  # a group estimator: the tied-group share means something
         self.warn = warn
-        self.ahead: deque[RolloutAhead] = deque()  # the next steps' rollouts in flight, oldest first
+        self.ahead = self.build_ahead()
+
+    def build_ahead(self) -> StepsAhead | GroupBuffer:
+        """What holds the rollouts drawn ahead, by ``trainer.take_groups``."""
+        trainer = self.config.trainer
+        if trainer.take_groups == "first_done":
+            return GroupBuffer(
+                self.loader,
+                self.roles.generator,
+                self.submit_group,
+                self.config.data.train_batch_size,
+                staleness_bound(trainer),
+                trainer.stale_group,
+            )
+        return StepsAhead(self.submit, self.loader, waits_before_serving=self.roles.rollout is None)
 
     @property
     def in_flight(self) -> int:
-        """How many rollouts drawn ahead are in flight (their prompts drawn: steps still to train)."""
-        return len(self.ahead)
+        """How many steps the rollouts drawn ahead can fill (their prompts drawn: steps still to train)."""
+        return self.ahead.in_flight
 
     def drain(self) -> None:
         """Before the generator serves something else (a validation): wait for the rollouts in flight
-        where it is the actor, whose engine serves one rollout at a time; rollout workers serve it
-        beside them."""
-        if self.ahead and self.roles.rollout is None:  # nothing in flight: nothing to wait for
-            for ahead in self.ahead:
-                ahead.result()
+        where it serves one rollout at a time."""
+        self.ahead.drain()
 
     def loader_state(self) -> dict:
         """Where a run resumed from a checkpoint written now draws its prompts: before the prompts of
-        the oldest rollout in flight (those in flight are dropped, and redrawn), else where the
-        loader stands."""
-        return self.ahead[0].loader_state if self.ahead else self.loader.state_dict()
+        the oldest rollout in flight (those in flight are redrawn), else where the loader stands."""
+        return self.ahead.loader_state()
 
-    def take_ahead(self, step: int) -> RolloutResult:
-        """The rollout (0-based) step ``step`` trains on, waited for: the oldest in flight, or one
-        submitted now (a run's first step, or the first after a resume). Its trajectories carry the
-        version of the weights that sampled each turn."""
-        ahead = self.ahead.popleft() if self.ahead else self.submit(step, step)
-        return ahead.result()
+    def ahead_record(self) -> dict:
+        """What else a checkpoint keeps of the rollouts drawn ahead (the groups already trained)."""
+        return self.ahead.record()
+
+    def restore_ahead(self, record: dict) -> None:
+        """Resume the rollouts drawn ahead from a checkpoint's ``ahead_record``."""
+        self.ahead.restore(record)
+
+    def take_ahead(self, step: int) -> tuple[RolloutResult, dict[str, float]]:
+        """The rollout (0-based) step ``step`` trains on, waited for, and the figures of what holds
+        it. Its trajectories carry the version of the weights that sampled each turn."""
+        return self.ahead.take(step)
 
     def draw_ahead(self, step: int, weights_version: int) -> None:
         """Submit (0-based) step ``step``'s rollout now, on the generator's weights of
-        ``weights_version`` updates; it generates during the updates of the steps before it."""
-        self.ahead.append(self.submit(step, weights_version))
+        ``weights_version`` updates (a step's rollout at a time)."""
+        self.ahead.draw(step, weights_version)
 
     def fill_ahead(
         self, step: int, bound: int, will_run: Callable[[int], bool], before_draw: Callable[[], Any] | None
     ) -> None:
-        """Keep ``bound`` rollouts in flight during (0-based) step ``step``, fewer where the steps
-        they are for will not run (``will_run(j)``: whether step ``step + j`` does), each drawn on
-        the weights of now: the one for step ``step + j`` trains j updates later, so none is staler
-        than ``bound``. ``before_draw``, when given, runs before each draw (a weight sync)."""
-        while self.in_flight < bound and will_run(self.in_flight + 1):
-            if before_draw is not None:
-                before_draw()
-            self.draw_ahead(step + self.in_flight + 1, step)
+        """Keep ``bound`` steps' worth drawn ahead during (0-based) step ``step``, fewer where the
+        steps they are for will not run (``will_run(j)``: whether step ``step + j`` does), each drawn
+        on the weights of now; ``before_draw``, when given, runs before each draw (a weight sync)."""
+        self.ahead.fill(step, bound, will_run, before_draw)
 
     def sample(self, prompts: list, step: int, timer: StepTimer) -> tuple[Scored, dict[str, float]]:
         """The scored rollout of ``prompts`` for (0-based) step ``step``; with dynamic sampling, more
@@ -131,6 +143,22 @@ class StepSampler:
             "generate_sequences", prompts, n, seed, False, weights_version=weights_version
         )
         return RolloutAhead(pending, loader_state)
+
+    def submit_group(self, prompt: Any, draw: int, index: int, weights_version: int, rank: int) -> Any:
+        """Start one prompt's group on generator rank ``rank`` without waiting: draw ``draw``'s
+        seed, from row ``index``·n of its stream, as the draw's whole rollout would sample it."""
+        seed = derive_seed(self.config.seed, "rollout", draw)
+        n = self.config.actor.rollout.n
+        return self.roles.generator.submit_to(
+            rank,
+            "generate_sequences",
+            [prompt],
+            n,
+            seed,
+            False,
+            first_index=index,
+            weights_version=weights_version,
+        )
 
     def generate(
         self, prompts: list, step: int, validate: bool = False, round_index: int = 0

@@ -366,6 +366,17 @@ def test_the_staleness_bound_and_the_importance_options_are_checked_by_key(model
         load_config("ppo", [*base, "resources.rollout_workers=-1"])
     with pytest.raises(ConfigError, match=r"one_step_off_policy=true is trainer\.max_staleness=1, but .*3"):
         load_config("ppo", [*base, "trainer.one_step_off_policy=true", "trainer.max_staleness=3"])
+    # groups taken as they finish: on rollout workers, with a bound to take them within
+    groups = [*continued, "trainer.take_groups=first_done"]
+    assert load_config("ppo", [*groups, "trainer.stale_group=drop"]).trainer.stale_group == "drop"
+    with pytest.raises(ConfigError, match=r"take_groups=first_done needs resources\.rollout_workers >= 1"):
+        load_config("ppo", [*base, "trainer.max_staleness=1", "trainer.take_groups=first_done"])
+    with pytest.raises(ConfigError, match=r"take_groups=first_done needs trainer\.max_staleness >= 1"):
+        load_config("ppo", [*base, "resources.rollout_workers=2", "trainer.take_groups=first_done"])
+    with pytest.raises(ConfigError, match=r"stale_group=drop needs trainer\.take_groups=first_done"):
+        load_config("ppo", [*continued, "trainer.stale_group=drop"])
+    with pytest.raises(ConfigError, match=r"trainer\.take_groups"):
+        load_config("ppo", [*continued, "trainer.take_groups=fastest"])
     reject = [*base, "algorithm.is_mode=reject", "algorithm.is_level=sequence"]
     assert load_config("ppo", [*reject, "algorithm.tis_cap=1.5"]).algorithm.is_level == "sequence"
     with pytest.raises(ConfigError, match=r"'algorithm\.tis_cap' must be > 0 \(>= 1 with .*reject.*got 0\.5"):

@@ -26,6 +26,9 @@ class Collected:
     def result(self) -> Any:
         return self.value
 
+    def done(self) -> bool:
+        return True
+
 
 class InProcessGroup:
     """A worker group of one rank in this process, answering ``WorkerGroup``'s calls.
@@ -54,6 +57,13 @@ class InProcessGroup:
     def submit_chunks(self, method: str, items: Sequence[Any], *args: Any, **kwargs: Any) -> Collected:
         # reassembled as the Ray group reassembles its ranks' results, one rank's too
         return Collected(combine([self.run_rank0(method, items, *args, first_index=0, **kwargs)]))
+
+    def submit_to(self, rank: int, method: str, *args: Any, **kwargs: Any) -> Collected:
+        assert rank == 0, f"an in-process group has one rank, not rank {rank}"
+        return Collected(combine([self.run_rank0(method, *args, **kwargs)]))
+
+    def wait_any(self, pending: Sequence[Collected]) -> None:
+        """Every submitted call has run already: nothing to wait for."""
 
     def shutdown(self) -> None:
         self.worker.shutdown()

@@ -112,7 +112,7 @@ def test_one_step_off_trains_the_batch_drawn_ahead_at_the_end_of_the_epoch(tiny_
     trainer.sampler = StepSampler(trainer.config, roles, trainer.tokenizer, trainer.loader, grouped=False)
     trained, resume_from = [], []
     while not trainer.finished():  # the loop of off_policy_step, without the workers
-        indices, version = trainer.sampler.take_ahead(trainer.global_step)
+        (indices, version), _ = trainer.sampler.take_ahead(trainer.global_step)
         if trainer.can_draw_ahead():
             trainer.sampler.draw_ahead(trainer.global_step + 1, trainer.global_step)
         trained.append((indices, trainer.global_step - version))  # the staleness it is trained at

@@ -12,7 +12,7 @@ import json
 import math
 
 import pytest
-from support.in_process import run_in_process
+from support.in_process import run_in_process, start_in_process
 from support.ppo_runs import REQUIRED_METRICS, read_metrics, run
 from test_old_log_prob_source import grpo_trainer
 
@@ -156,6 +156,7 @@ CONTINUED = {**ROLLOUT_WORKER, "trainer.partial_rollout": "continue"}
         (0, ROLLOUT_WORKER, [0, 0, 0]),
         (2, CONTINUED, [0, 1, 2, 2]),
         (3, CONTINUED, [0, 1, 2, 3]),
+        (2, {**CONTINUED, "trainer.take_groups": "first_done"}, [0, 1, 2, 2]),
     ],
     ids=[
         "on_policy",
@@ -164,6 +165,7 @@ CONTINUED = {**ROLLOUT_WORKER, "trainer.partial_rollout": "continue"}
         "on_policy_on_a_rollout_worker",
         "two_ahead_on_a_rollout_worker",
         "three_ahead_on_a_rollout_worker",
+        "two_ahead_groups_first_done",
     ],
 )
 def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itself(
@@ -192,6 +194,8 @@ def test_no_trained_token_is_staler_than_max_staleness_read_from_the_batch_itsel
     rows = read_metrics(run_dir)
     assert [r["off_policy/staleness_max"] for r in rows] == expected
     assert all(("off_policy/ess" in r) == (max_staleness > 0) for r in rows)
+    by_groups = extra.get("trainer.take_groups") == "first_done"  # the group buffer's figures
+    assert all(("rollout_buffer/bound_waits" in r) == by_groups for r in rows)
     if "algorithm.is_mode" in extra:  # rejection is reported; what it rejects depends on the weights
         for r in rows:  # the reject mode ran, not the truncation
             assert 0 <= r["off_policy/is_rejected_frac"] <= 1 and r["off_policy/is_truncated_frac"] == 0
@@ -256,3 +260,24 @@ def test_a_partial_rollout_streams_each_updates_weights_to_the_rollout_in_flight
         all(r["timing_s/weight_sync_partial"] >= 0 for r in rows[:2])
         and "timing_s/weight_sync_partial" not in rows[2]
     )
+
+
+def test_a_group_generated_alone_samples_the_tokens_it_samples_in_its_whole_draw(search_world, tmp_path):
+    """``take_groups=first_done`` submits each prompt's group as a call of its own; seeded from its
+    draw's stream at its own rows, it samples what the draw's one rollout does, on the same weights."""
+    grpo = {"actor.rollout.n": 2, "trainer.max_staleness": 2, "trainer.take_groups": "first_done"}
+    config = load_config("grpo", search_world.overrides(tmp_path / "alone", **grpo, **CONTINUED))
+    trainer = PPOTrainer(config)
+    start_in_process(trainer)
+    try:
+        sampler = trainer.sampler
+        state = trainer.loader.state_dict()
+        whole = sampler.submit(0, 0).result()
+        trainer.loader.load_state_dict(state)
+        prompts = trainer.loader.next_batch()
+        alone = [sampler.submit_group(p, 0, i, 0, 0).result() for i, p in enumerate(prompts)]
+    finally:
+        trainer.shutdown()
+    tokens = [t.response_ids for t in whole.trajectories]
+    assert len(prompts) > 1 and len(set(map(tuple, tokens))) > 1
+    assert [t.response_ids for part in alone for t in part.trajectories] == tokens
