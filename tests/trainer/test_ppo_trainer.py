@@ -20,7 +20,7 @@ from support.local_ray import local_ray, no_ray
 from support.ppo_runs import CRITIC_METRICS, REQUIRED_METRICS, read_metrics, run
 
 from agentrl.config import load_config
-from agentrl.trainer.checkpoint import CheckpointManager
+from agentrl.trainer.checkpoint import CheckpointManager, TrainerState
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.tracking import CONSOLE_KEYS
 
@@ -105,11 +105,12 @@ def test_one_step_off_policy_trains_on_rollouts_one_update_stale_with_truncated_
     assert after["actor"] != before["actor"]
 
 
-def test_two_rollouts_ahead_on_a_rollout_worker_of_its_own_take_each_updates_weights_on_ray(
+def test_groups_two_steps_ahead_on_a_rollout_worker_of_its_own_take_each_updates_weights_on_ray(
     search_world, tmp_path
 ):
-    # On Ray: a rollout worker with its own bundle generates up to two steps ahead while the actor
-    # trains, and takes the actor's weights after each update while its rollouts are in flight
+    # On Ray: a rollout worker with its own bundle generates up to two steps' groups ahead while the
+    # actor trains, each group a call of its own taken as it finishes (trainer.take_groups), and
+    # takes the actor's weights after each update while its groups are in flight
     no_ray()  # the run sizes its own cluster
     run_dir = tmp_path / "rollout_worker"
     settings = {
@@ -117,6 +118,7 @@ def test_two_rollouts_ahead_on_a_rollout_worker_of_its_own_take_each_updates_wei
         "actor.update.mini_batch_size": 8,
         "trainer.max_staleness": 2,
         "trainer.partial_rollout": "continue",
+        "trainer.take_groups": "first_done",
         "resources.rollout_workers": 1,
         "trainer.test_freq": 2,  # validation on the rollout worker while rollouts are in flight
         "reward.scorer": "tests.trainer.scorers:letter_e_scorer",  # groups that differ: updates move
@@ -125,8 +127,14 @@ def test_two_rollouts_ahead_on_a_rollout_worker_of_its_own_take_each_updates_wei
     trainer, before, after = run("grpo", search_world.overrides(run_dir, steps=4, **settings))
     assert trainer.roles.rollout is not None and trainer.roles.rollout.world_size == 1
     rows = read_metrics(run_dir)
-    # read from the trained batches' own versions: drawn 0, 1, 2 and 2 steps ahead
+    # read from the trained batches' own versions: drawn 0, 1, 2 and 2 steps ahead, whichever order
+    # the groups finish in (the bound forces the oldest at steps 2 and 3)
     assert [r["off_policy/staleness_max"] for r in rows] == [0.0, 1.0, 2.0, 2.0]
+    assert all(r["rollout_buffer/dropped_groups"] == 0 for r in rows)
+    at_take = [
+        r["rollout_buffer/groups_generating_at_take"] + r["rollout_buffer/groups_done_at_take"] for r in rows
+    ]
+    assert at_take == [4.0, 8.0, 8.0, 4.0]  # up to two steps' groups; none drawn for a step past the run
     assert "val/all/em" in rows[1] and math.isfinite(rows[1]["val/all/em"])
     assert all(r["timing_s/weight_push"] > 0 for r in rows)
     assert all(r["rollout/weight_load_s"] > 0 for r in rows), "the worker loaded each update's weights"
@@ -226,21 +234,27 @@ def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_complete_
     assert all(r["rollout/logprob_diff"] < 1e-3 for r in rows), "engine and trainer weights must agree"
 
 
+@pytest.mark.parametrize("take_groups", ["by_step", "first_done"])
 def test_a_run_drawing_two_rollouts_ahead_on_a_rollout_worker_killed_mid_run_resumes_and_redraws_them(
-    search_world, tmp_path
+    search_world, tmp_path, take_groups
 ):
-    # dp in this process: what is tested is the rollouts in flight across the kill, not Ray
+    # dp in this process: what is tested is the rollouts in flight across the kill, not Ray; by
+    # groups, the checkpoint's record of the groups trained (none of the draws in flight) too
     ahead = {
         **CHECKPOINTED,
         "trainer.max_staleness": 2,
         "resources.rollout_workers": 1,
         "trainer.partial_rollout": "continue",
+        "trainer.take_groups": take_groups,
     }
     straight_dir, run_dir = tmp_path / "straight", tmp_path / "killed"
     run("ppo", search_world.overrides(straight_dir, steps=3, **ahead), in_process=True)
     args = search_world.overrides(run_dir, steps=3, **ahead)
     _kill_while_writing_checkpoint_2(args, run_dir, tmp_path / "killed_trainer.log", in_process=True)
     assert [step for step, _ in CheckpointManager(run_dir).complete_checkpoints()] == [1]
+    # by groups, the checkpoint names the draws in flight (steps 2 and 3's), none of their groups trained
+    ahead = TrainerState.load(CheckpointManager(run_dir).latest()).ahead
+    assert ahead == ({"first_draw": 1, "resolved": [[], []]} if take_groups == "first_done" else {})
     logged = len(read_metrics(run_dir))
     trainer, _, _ = run("ppo", args, in_process=True)  # resume_mode=auto: from step 1
     assert trainer.global_step == 3 and not trainer.sampler.in_flight
