@@ -1,7 +1,7 @@
 """Rollouts drawn ahead on a rollout worker against synchronous training, under a slow search tool.
 
     python -m benchmarks.async_rollout [--out runs/bench_async] [--seeds 0 1 2] [--latency-s 1.0]
-        [--modes sync ahead2 ahead4] [--target-em 0.55] [--short] [--plot PNG]
+        [--modes sync ahead2 ahead4 groups2 groups4] [--target-em 0.55] [--short] [--plot PNG]
 
 For each seed: the quickstart's world, index, tiny model and SFT warm start once
 (``common/quickstart_phases.py``), then its PPO phase from that SFT model once per mode, every
@@ -12,7 +12,9 @@ for the same query in every mode: ``common/slow_search.py``), a remote retriever
   another), two torch threads per worker: both cores for whichever runs;
 * ``aheadK``: ``trainer.max_staleness=K`` with one rollout worker (``resources.rollout_workers=1``,
   ``trainer.partial_rollout=continue``) and one torch thread per worker: the rollout worker on one
-  core, the actor, critic and reference, which run one after another, on the other.
+  core, the actor, critic and reference, which run one after another, on the other;
+* ``groupsK``: ``aheadK`` with each group taken as it finishes (``trainer.take_groups=first_done``):
+  a step trains on the first groups done, within the bound, not on the groups drawn for it.
 
 Figures per run: the wall time of ``fit()`` at each validation (``training/elapsed_s``; greedy, on
 the held-out questions, every ``trainer.test_freq`` steps) and its EM, the first wall time at which
@@ -41,6 +43,8 @@ MODES = {
     "sync": ["resources.torch_threads=2"],
     "ahead2": ["trainer.max_staleness=2"],
     "ahead4": ["trainer.max_staleness=4"],
+    "groups2": ["trainer.max_staleness=2", "trainer.take_groups=first_done"],
+    "groups4": ["trainer.max_staleness=4", "trainer.take_groups=first_done"],
 }
 AHEAD = ["resources.rollout_workers=1", "trainer.partial_rollout=continue", "resources.torch_threads=1"]
 
@@ -81,6 +85,9 @@ def measure(mode: str, latency_s: float, shared: dict, out: Path, seed: int, tar
         "step_s_median": statistics.median(steps[1:]) if len(steps) > 1 else float("nan"),
         "last_val_em": curve[-1][1] if curve else float("nan"),
         "staleness_max": max(stale, default=0.0),
+        # by groups: the groups a step had to wait for because of the bound, and those mixed in
+        "bound_waits": sum(r.get("rollout_buffer/bound_waits", 0.0) for r in rows),
+        "draws_in_batch_mean": statistics.mean(r.get("rollout_buffer/draws_in_batch", 1.0) for r in rows),
         **step_split(rows),
     }
 
@@ -135,7 +142,8 @@ def plot(results: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"sync": "tab:gray", "ahead2": "tab:blue", "ahead4": "tab:orange"}
+    colours = {"sync": "tab:gray", "ahead2": "tab:blue", "ahead4": "tab:orange", "groups2": "tab:green"}
+    colours["groups4"] = "tab:red"
     styles = ["-", "--", ":"]
     fig, ax = plt.subplots(figsize=(7, 4))
     seeds = sorted({r["seed"] for r in results})
