@@ -160,26 +160,27 @@ class GroupBuffer:
         bound forces, then the first done (module docstring); with the buffer's figures."""
         while len(self.units) < self.batch_size:  # the run's first step, the first after a resume
             self.draw(step)  # (new groups, of weights t, change no bound of an older w)
-        done_before = sum(unit.done() for unit in self.units)
+        generating = [unit for unit in self.units if not unit.done()]
         metrics = {
-            "rollout_buffer/groups_done_at_take": float(done_before),
-            "rollout_buffer/groups_generating_at_take": float(len(self.units) - done_before),
+            "rollout_buffer/groups_done_at_take": float(len(self.units) - len(generating)),
+            "rollout_buffer/groups_generating_at_take": float(len(generating)),
         }
         taken: list[Unit] = []
         dropped = 0
-        waits = 0
         if self.stale_group == "wait":
-            waits = self.take_forced(step, taken)
+            self.take_forced(step, taken)
+        # the forced groups that were still generating: the ones the bound made the step wait for
+        waits = len({id(unit) for unit in taken} & {id(unit) for unit in generating})
         while len(taken) < self.batch_size:
             if self.stale_group == "drop":
                 dropped += self.drop_stale(step)
                 while len(self.units) + len(taken) < self.batch_size:
                     self.draw(step)
             ready = sorted((u for u in self.units if u.done()), key=lambda u: u.order)
-            if ready:
-                self.move(ready[0], taken)
-            else:
+            if not ready:
                 self.group.wait_any([u.pending for u in self.units])
+            for unit in ready[: self.batch_size - len(taken)]:
+                self.move(unit, taken)
         metrics["rollout_buffer/bound_waits"] = float(waits)
         metrics["rollout_buffer/dropped_groups"] = float(dropped)
         taken.sort(key=lambda u: (u.draw, u.index))
@@ -187,27 +188,27 @@ class GroupBuffer:
         self.settle()
         return RolloutResult.merge([u.result for u in taken]), metrics
 
-    def take_forced(self, step: int, taken: list[Unit]) -> int:
+    def take_forced(self, step: int, taken: list[Unit]) -> None:
         """Move to ``taken`` the groups the bound forces at ``step`` (module docstring, 1.), oldest
-        first; how many of them the step had to wait for."""
-        waits = 0
+        first, waiting for them as they finish."""
         k, size = self.max_staleness, self.batch_size
         while True:
-            short = None  # the oldest w whose groups too few steps are left to train
+            for unit in self.units:  # a group done may turn out newer than the driver's view
+                unit.done()
+            short, excess = None, 0  # the oldest w whose groups too few steps are left to train
             for w in range(step - k, step):
                 older = [u for u in self.units if u.version <= w]
-                if len(older) - (w + k - step) * size > 0:
+                excess = len(older) - (w + k - step) * size
+                if excess > 0:
                     short = older
                     break
             if short is None:
-                return waits
-            ready = sorted((u for u in short if u.done()), key=lambda u: u.order)
-            if ready:
-                self.move(ready[0], taken)
-            else:
-                waits += 1
+                return
+            ready = sorted((u for u in short if u.result is not None), key=lambda u: u.order)
+            if not ready:
                 self.group.wait_any([u.pending for u in short])
-                # the one done may turn out newer than the driver's view: the loop looks again
+            for unit in ready[:excess]:
+                self.move(unit, taken)
 
     def drop_stale(self, step: int) -> int:
         """Drop the groups done that ``step`` would train past the bound; how many."""

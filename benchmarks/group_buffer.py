@@ -1,0 +1,121 @@
+"""A step's wait for its rollout under a long-tailed tool: groups taken as they finish against a step's own.
+
+    python -m benchmarks.group_buffer [--out runs/bench_groups] [--seed 0] [--latency-s 3.0]
+        [--sigma 1.0] [--steps 12] [--max-staleness 2]
+
+The quickstart's world, index, tiny model and SFT warm start once (``common/quickstart_phases.py``),
+then ``--steps`` steps of its PPO phase from that SFT model, without validation, twice: every search
+first waits a seeded lognormal delay (median ``--latency-s``, log-spread ``--sigma``: at 1.0 one
+search in ten waits over 3.6× the median), the same delay for the same query in both runs, on one
+rollout worker drawing ``--max-staleness`` steps ahead (``trainer.partial_rollout=continue``, one
+torch thread per role: the rollout worker on one core, the actor, critic and reference on the other):
+
+* ``by_step`` (the baseline): each step trains on the groups drawn for it, so it waits for the
+  slowest of them;
+* ``first_done`` (``trainer.take_groups=first_done``): each step trains on the first groups done
+  among all generating, within the bound (``trainer/group_buffer.py``).
+
+Figures per run, medians over the steps after the first: the driver's wait for the step's rollout
+(``timing_s/gen_wait``), the step's seconds, the phase's wall time, and the ratio of each against
+``by_step``; the staleness of the trained tokens (mean), the groups the bound made a step wait for,
+and the draws a batch mixes. The same ``--steps`` steps see different groups in the two runs (a
+slow group is trained later by groups), so the EM is not compared here: ``async_rollout`` compares
+learning by wall time. Each run's figures are kept in ``<out>/<mode>.json``; a run already measured
+is not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks.async_rollout import AHEAD, SLOW_SEARCH
+from benchmarks.common.quickstart_phases import build_shared, ppo_phase_config
+
+MODES = {"by_step": [], "first_done": ["trainer.take_groups=first_done"]}
+
+
+def tools(url: str, median_s: float, sigma: float, seed: int) -> str:
+    """``actor.rollout.tools``: the quickstart's search (top-1) behind the seeded long-tailed delay."""
+    options = f"{{url: '{url}', topk: 1, median_s: {median_s}, sigma: {sigma}, latency_seed: {seed}}}"
+    return f"actor.rollout.tools=[{{class_path: {SLOW_SEARCH}, options: {options}}}]"
+
+
+def measure(mode: str, args: argparse.Namespace, shared: dict, out: Path) -> dict:
+    from agentrl.quickstart.phases import train_ppo
+
+    extra = MODES[mode] + AHEAD + [tools(shared["url"], args.latency_s, args.sigma, args.seed)]
+    extra += [
+        f"trainer.max_staleness={args.max_staleness}",
+        f"trainer.total_steps={args.steps}",
+        "trainer.test_freq=0",
+        "trainer.val_before_train=false",
+    ]
+    run_dir = out / f"ppo_{mode}"
+    config = ppo_phase_config(shared, out, run_dir, extra, args.seed)
+    start = time.perf_counter()
+    train_ppo(config, shared["sft_dir"])
+    phase_s = time.perf_counter() - start
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "timing_s/step" in r][1:]
+    median = statistics.median
+    return {
+        "mode": mode,
+        "phase_s": phase_s,
+        "wait_s_median": median(r["timing_s/gen_wait"] for r in steps),
+        "wait_s_total": sum(r["timing_s/gen_wait"] for r in steps),
+        "step_s_median": median(r["timing_s/step"] for r in steps),
+        "staleness_mean": statistics.mean(r["off_policy/staleness_mean"] for r in steps),
+        "bound_waits": sum(r.get("rollout_buffer/bound_waits", 0.0) for r in steps),
+        "draws_in_batch_mean": statistics.mean(r.get("rollout_buffer/draws_in_batch", 1.0) for r in steps),
+    }
+
+
+def report(results: dict[str, dict], args: argparse.Namespace) -> None:
+    base = results["by_step"]
+    print(
+        f"\nsearch latency lognormal, median {args.latency_s:g} s, sigma {args.sigma:g}; "
+        f"max_staleness {args.max_staleness}; {args.steps} steps, medians over steps 2-{args.steps}"
+    )
+    header = f"{'mode':<11} {'wait s':>7} {'ratio':>6} {'s/step':>7} {'ratio':>6} {'phase s':>8} {'ratio':>6}"
+    print(f"{header} {'wait total':>10} {'staleness':>9} {'bound waits':>11} {'draws/batch':>11}")
+    for mode, r in results.items():
+        ratios = [
+            r[k] / base[k] if base[k] else float("nan") for k in ("wait_s_median", "step_s_median", "phase_s")
+        ]
+        print(
+            f"{mode:<11} {r['wait_s_median']:>7.2f} {ratios[0]:>6.2f} {r['step_s_median']:>7.2f} "
+            f"{ratios[1]:>6.2f} {r['phase_s']:>8.0f} {ratios[2]:>6.2f} {r['wait_s_total']:>10.1f} "
+            f"{r['staleness_mean']:>9.2f} {r['bound_waits']:>11.0f} {r['draws_in_batch_mean']:>11.2f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/bench_groups")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--latency-s", type=float, default=3.0)
+    parser.add_argument("--sigma", type=float, default=1.0)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--max-staleness", type=int, default=2)
+    parser.add_argument("--short", action="store_true", help="the quickstart's short profile (a smoke run)")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = {m: out / f"{m}.json" for m in MODES}
+    todo = [m for m in MODES if not path[m].exists()]
+    if todo:
+        shared, server = build_shared(out, args.short, args.seed)
+        try:
+            for mode in todo:
+                path[mode].write_text(json.dumps(measure(mode, args, shared, out), indent=2))
+        finally:
+            server.stop()
+    report({m: json.loads(path[m].read_text()) for m in MODES}, args)
+
+
+if __name__ == "__main__":
+    main()
