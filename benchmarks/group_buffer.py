@@ -1,7 +1,7 @@
 """A step's wait for its rollout under a long-tailed tool: groups taken as they finish against a step's own.
 
     python -m benchmarks.group_buffer [--out runs/bench_groups] [--seed 0] [--latency-s 3.0]
-        [--sigma 1.0] [--steps 12] [--max-staleness 2]
+        [--sigma 1.0] [--steps 12] [--max-staleness 2] [--modes by_step first_done first_done_2k]
 
 The quickstart's world, index, tiny model and SFT warm start once (``common/quickstart_phases.py``),
 then ``--steps`` steps of its PPO phase from that SFT model, without validation, twice: every search
@@ -12,8 +12,11 @@ torch thread per role: the rollout worker on one core, the actor, critic and ref
 
 * ``by_step`` (the baseline): each step trains on the groups drawn for it, so it waits for the
   slowest of them;
-* ``first_done`` (``trainer.take_groups=first_done``): each step trains on the first groups done
-  among all generating, within the bound (``trainer/group_buffer.py``).
+* ``first_done`` (``trainer.take_groups=first_done``): each prompt's group a call of its own, a
+  step training on the first done within the bound (``trainer/group_buffer.py``); with as many
+  steps' worth generating as the bound allows, the bound forces each step's oldest draw whole;
+* ``first_done_2k``: as many steps' worth generating (``trainer.groups_ahead`` k), but a bound of
+  2k: the groups are as old when trained, and a slow one has 2k steps before the bound forces it.
 
 Figures per run, medians over the steps after the first: the driver's wait for the step's rollout
 (``timing_s/gen_wait``), the step's seconds, the phase's wall time, and the ratio of each against
@@ -35,7 +38,19 @@ from pathlib import Path
 from benchmarks.async_rollout import AHEAD, SLOW_SEARCH
 from benchmarks.common.quickstart_phases import build_shared, ppo_phase_config
 
-MODES = {"by_step": [], "first_done": ["trainer.take_groups=first_done"]}
+FIRST_DONE = "trainer.take_groups=first_done"
+
+
+def mode_overrides(mode: str, k: int) -> list[str]:
+    """A mode's bound and buffer (module docstring)."""
+    return {
+        "by_step": [f"trainer.max_staleness={k}"],
+        "first_done": [f"trainer.max_staleness={k}", FIRST_DONE],
+        "first_done_2k": [f"trainer.max_staleness={2 * k}", FIRST_DONE, f"trainer.groups_ahead={k}"],
+    }[mode]
+
+
+MODES = ("by_step", "first_done", "first_done_2k")
 
 
 def tools(url: str, median_s: float, sigma: float, seed: int) -> str:
@@ -47,9 +62,9 @@ def tools(url: str, median_s: float, sigma: float, seed: int) -> str:
 def measure(mode: str, args: argparse.Namespace, shared: dict, out: Path) -> dict:
     from agentrl.quickstart.phases import train_ppo
 
-    extra = MODES[mode] + AHEAD + [tools(shared["url"], args.latency_s, args.sigma, args.seed)]
+    extra = mode_overrides(mode, args.max_staleness) + AHEAD
     extra += [
-        f"trainer.max_staleness={args.max_staleness}",
+        tools(shared["url"], args.latency_s, args.sigma, args.seed),
         f"trainer.total_steps={args.steps}",
         "trainer.test_freq=0",
         "trainer.val_before_train=false",
@@ -75,19 +90,20 @@ def measure(mode: str, args: argparse.Namespace, shared: dict, out: Path) -> dic
 
 
 def report(results: dict[str, dict], args: argparse.Namespace) -> None:
+    """One row per mode; the ratios are against ``by_step``."""
     base = results["by_step"]
     print(
         f"\nsearch latency lognormal, median {args.latency_s:g} s, sigma {args.sigma:g}; "
-        f"max_staleness {args.max_staleness}; {args.steps} steps, medians over steps 2-{args.steps}"
+        f"k {args.max_staleness}; {args.steps} steps, medians over steps 2-{args.steps}"
     )
-    header = f"{'mode':<11} {'wait s':>7} {'ratio':>6} {'s/step':>7} {'ratio':>6} {'phase s':>8} {'ratio':>6}"
+    header = f"{'mode':<14} {'wait s':>7} {'ratio':>6} {'s/step':>7} {'ratio':>6} {'phase s':>8} {'ratio':>6}"
     print(f"{header} {'wait total':>10} {'staleness':>9} {'bound waits':>11} {'draws/batch':>11}")
     for mode, r in results.items():
         ratios = [
             r[k] / base[k] if base[k] else float("nan") for k in ("wait_s_median", "step_s_median", "phase_s")
         ]
         print(
-            f"{mode:<11} {r['wait_s_median']:>7.2f} {ratios[0]:>6.2f} {r['step_s_median']:>7.2f} "
+            f"{mode:<14} {r['wait_s_median']:>7.2f} {ratios[0]:>6.2f} {r['step_s_median']:>7.2f} "
             f"{ratios[1]:>6.2f} {r['phase_s']:>8.0f} {ratios[2]:>6.2f} {r['wait_s_total']:>10.1f} "
             f"{r['staleness_mean']:>9.2f} {r['bound_waits']:>11.0f} {r['draws_in_batch_mean']:>11.2f}"
         )
@@ -101,12 +117,13 @@ def main() -> None:
     parser.add_argument("--sigma", type=float, default=1.0)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--max-staleness", type=int, default=2)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     parser.add_argument("--short", action="store_true", help="the quickstart's short profile (a smoke run)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = {m: out / f"{m}.json" for m in MODES}
-    todo = [m for m in MODES if not path[m].exists()]
+    path = {m: out / f"{m}.json" for m in args.modes}
+    todo = [m for m in args.modes if not path[m].exists()]
     if todo:
         shared, server = build_shared(out, args.short, args.seed)
         try:
@@ -114,7 +131,7 @@ def main() -> None:
                 path[mode].write_text(json.dumps(measure(mode, args, shared, out), indent=2))
         finally:
             server.stop()
-    report({m: json.loads(path[m].read_text()) for m in MODES}, args)
+    report({m: json.loads(path[m].read_text()) for m in args.modes}, args)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,22 @@ def _check_rollout_workers(cfg: ExperimentConfig, problems: list[str]) -> None:
 def _check_take_groups(cfg: ExperimentConfig, problems: list[str]) -> None:
     """``trainer.take_groups=first_done`` and ``trainer.stale_group``: what they need."""
     trainer = cfg.trainer
+    ahead = trainer.groups_ahead
+    if (
+        ahead is not None
+        and trainer.take_groups == "first_done"
+        and not 1 <= ahead <= staleness_bound(trainer)
+    ):
+        problems.append(
+            f"config key 'trainer.groups_ahead' must be between 1 and trainer.max_staleness="
+            f"{trainer.max_staleness} (or null), got {ahead}"
+        )
     if trainer.take_groups == "by_step":
+        if ahead is not None:
+            problems.append(
+                "trainer.groups_ahead needs trainer.take_groups=first_done: by step, max_staleness "
+                "steps' rollouts are drawn ahead"
+            )
         if trainer.stale_group == "drop":
             problems.append(
                 "trainer.stale_group=drop needs trainer.take_groups=first_done: by step, every group "

@@ -380,6 +380,9 @@ class TrainerConfig:
     # data.train_batch_size done of all generating (first_done; a slow one waits for a later step)
     take_groups: TakeGroups = "by_step"
     stale_group: StaleGroup = "wait"
+    # first_done: steps' worth of groups generating after each fill (1 … max_staleness; null: all
+    # max_staleness); fewer leave a slow group steps to finish in before the bound forces it
+    groups_ahead: int | None = None
     # dead-signal alarms: warn when no tool was called, or the reward did not vary, for this many
     # steps in a row (and on every step whose groups all tied); 0 turns them off
     alarm_after_steps: int = 5

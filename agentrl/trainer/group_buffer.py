@@ -5,15 +5,21 @@ With ``trainer.take_groups=first_done`` the prompts are drawn a step's worth at 
 ``actor.rollout.n`` samples generates as a call of its own on the least busy rollout worker, seeded
 as the step-granular rollout seeds it (draw d's stream, rows i·n .. i·n + n − 1), so a group samples
 the same tokens whichever step trains it, given the weights. After each step's take, draws are
-submitted (on the weights of that step, v = t) until k = ``trainer.max_staleness`` steps' worth
-generate. A group whose oldest token was sampled by weights v may be trained up to step v + k; at
-step t, with B = ``data.train_batch_size``, the take is:
+submitted (on the weights of that step, v = t) until F = ``trainer.groups_ahead`` steps' worth
+generate (at most, and by default, k = ``trainer.max_staleness``). A group whose oldest token was
+sampled by weights v may be trained up to step v + k; at step t, with B = ``data.train_batch_size``,
+the take is:
 
 1. **what the bound forces** (``stale_group=wait``): for every w in t − k .. t − 1 the groups of
    weights ≤ w must all be trained by step w + k, that is within the w + k − t steps after this one,
    B each; so this step takes, oldest first, at least ``count(v ≤ w) − (w + k − t)·B`` of them,
    waiting for those not done (``rollout_buffer/bound_waits``). Refilling to k·B keeps this ≤ B.
 2. **then the groups done**, oldest weights first, waiting for the next to finish while too few are.
+
+With F = k a steady run's oldest draw is at its bound when a step takes it, so the bound forces it
+whole (the order of ``by_step``, each group still a call of its own). With F < k nothing is at its
+bound yet: a step takes the first B done (of F·B; F ≥ 2 for a choice), the groups are F steps old
+when trained (as ``by_step`` with a bound of F), and a slow group has up to k steps.
 
 With ``stale_group=drop`` nothing is forced: a group done past the bound (t − v > k) leaves the run
 (``rollout_buffer/dropped_groups``), and a further draw is submitted when the groups left cannot

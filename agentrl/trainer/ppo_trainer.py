@@ -173,10 +173,10 @@ class PPOTrainer:
         with timer("step"):
             with timer("gen_wait"):
                 rollout, ahead_metrics = self.sampler.take_ahead(self.global_step)
-            # up to max_staleness in flight; without rollout workers (one at most) the actor's engine
-            # is brought up to date before it draws
+            # up to max_staleness (by groups: trainer.groups_ahead) in flight; without rollout workers
+            # (one at most) the actor's engine is brought up to date before it draws
             sync = None if self.roles.rollout else lambda: self.sync_engine(timer)
-            self.sampler.fill_ahead(self.global_step, self.context.max_staleness, self.can_draw_ahead, sync)
+            self.sampler.fill_ahead(self.global_step, self.can_draw_ahead, sync)
             scored = self.sampler.score(rollout, timer)
             batch, metrics = self.learn(scored, timer, off_policy=True)
             if self.roles.rollout is not None:  # the rollouts in flight go on with the new weights

@@ -51,6 +51,9 @@ class StepSampler:
         self.config, self.roles, self.tokenizer, self.loader = config, roles, tokenizer, loader
         self.grouped = grouped  # a group estimator: the tied-group share means something
         self.warn = warn
+        trainer = config.trainer
+        # how many steps' worth are drawn ahead after each fill: the bound, or fewer by groups
+        self.ahead_steps = trainer.groups_ahead or staleness_bound(trainer)
         self.ahead = self.build_ahead()
 
     def build_ahead(self) -> StepsAhead | GroupBuffer:
@@ -101,12 +104,12 @@ class StepSampler:
         self.ahead.draw(step, weights_version)
 
     def fill_ahead(
-        self, step: int, bound: int, will_run: Callable[[int], bool], before_draw: Callable[[], Any] | None
+        self, step: int, will_run: Callable[[int], bool], before_draw: Callable[[], Any] | None
     ) -> None:
-        """Keep ``bound`` steps' worth drawn ahead during (0-based) step ``step``, fewer where the
-        steps they are for will not run (``will_run(j)``: whether step ``step + j`` does), each drawn
-        on the weights of now; ``before_draw``, when given, runs before each draw (a weight sync)."""
-        self.ahead.fill(step, bound, will_run, before_draw)
+        """Keep ``ahead_steps`` steps' worth drawn ahead during (0-based) step ``step``, fewer where
+        the steps they are for will not run (``will_run(j)``: whether step ``step + j`` does), each
+        drawn on the weights of now; ``before_draw``, when given, runs before each draw (a weight sync)."""
+        self.ahead.fill(step, self.ahead_steps, will_run, before_draw)
 
     def sample(self, prompts: list, step: int, timer: StepTimer) -> tuple[Scored, dict[str, float]]:
         """The scored rollout of ``prompts`` for (0-based) step ``step``; with dynamic sampling, more

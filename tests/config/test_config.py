@@ -377,6 +377,11 @@ def test_the_staleness_bound_and_the_importance_options_are_checked_by_key(model
         load_config("ppo", [*continued, "trainer.stale_group=drop"])
     with pytest.raises(ConfigError, match=r"trainer\.take_groups"):
         load_config("ppo", [*continued, "trainer.take_groups=fastest"])
+    assert load_config("ppo", [*groups, "trainer.groups_ahead=2"]).trainer.groups_ahead == 2
+    with pytest.raises(ConfigError, match=r"'trainer\.groups_ahead' must be between 1 and .*=3 .*got 4"):
+        load_config("ppo", [*groups, "trainer.groups_ahead=4"])
+    with pytest.raises(ConfigError, match=r"groups_ahead needs trainer\.take_groups=first_done"):
+        load_config("ppo", [*continued, "trainer.groups_ahead=2"])
     reject = [*base, "algorithm.is_mode=reject", "algorithm.is_level=sequence"]
     assert load_config("ppo", [*reject, "algorithm.tis_cap=1.5"]).algorithm.is_level == "sequence"
     with pytest.raises(ConfigError, match=r"'algorithm\.tis_cap' must be > 0 \(>= 1 with .*reject.*got 0\.5"):

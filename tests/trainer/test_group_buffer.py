@@ -65,22 +65,23 @@ class Clock:
 
 
 def buffer_on(clock: Clock, max_staleness: int, stale_group: str = "wait", prompts: int = 64) -> GroupBuffer:
+    """A buffer of groups on ``clock``, drawing as ``max_staleness`` allows after each step's take."""
     loader = StatefulLoader(list(range(prompts)), BATCH, shuffle=True, seed=3)
     return GroupBuffer(loader, clock, clock.submit, BATCH, max_staleness, stale_group)
 
 
 def train(
-    buffer: GroupBuffer, clock: Clock, steps: int, max_staleness: int, stop_after: int | None = None
+    buffer: GroupBuffer, clock: Clock, steps: int, ahead: int, stop_after: int | None = None
 ) -> list[dict]:
-    """The loop of ``PPOTrainer.off_policy_step`` for a run of ``steps``: take, draw ahead, update;
-    ``stop_after``: the run killed after that many steps."""
+    """The loop of ``PPOTrainer.off_policy_step`` for a run of ``steps``: take, draw ``ahead`` steps'
+    worth, update; ``stop_after``: the run killed after that many steps."""
     taken = []
     for step in range(steps if stop_after is None else stop_after):
         rollout, metrics = buffer.take(step)
         groups = sorted({t.group_id for t in rollout.trajectories}, key=rollout_order(rollout))
         versions = {t.group_id: t.turn_versions[0] for t in rollout.trajectories}
         taken.append({"groups": groups, "staleness": [step - versions[g] for g in groups]} | metrics)
-        buffer.fill(step, max_staleness, lambda j, step=step: step + j < steps, None)
+        buffer.fill(step, ahead, lambda j, step=step: step + j < steps, None)
         clock.now += TRAIN_S
     return taken
 
@@ -118,6 +119,19 @@ def test_a_slow_group_does_not_hold_its_step_up_and_is_trained_by_a_later_step_w
     stepwise = Clock(lambda d, i: 1.6 if (d, i) == slow else FAST_S)
     train(buffer_on(stepwise, 1), stepwise, 5, 1)
     assert clock.waited_s < stepwise.waited_s - 0.5
+
+
+def test_drawing_fewer_steps_ahead_than_the_bound_leaves_a_slow_group_time_at_the_same_staleness():
+    slow = (4, 1)  # drawn after step 2's take (weights 2), done 3 s later, past step 4's start
+    durations = lambda d, i: 3.0 if (d, i) == slow else FAST_S  # noqa: E731
+    tight, loose = Clock(durations), Clock(durations)
+    by_draw = train(buffer_on(tight, 2), tight, 8, ahead=2)  # each draw at its bound when taken
+    left = train(buffer_on(loose, 4), loose, 8, ahead=2)  # two steps ahead too, bound 4
+    assert all(b["rollout_buffer/draws_in_batch"] == 1 for b in by_draw)
+    assert [b["rollout_buffer/bound_waits"] for b in by_draw][4] == 1 and "d4-p1" in by_draw[4]["groups"]
+    assert "d4-p1" in left[5]["groups"] and all(g.startswith("d4-") for g in left[4]["groups"][:3])
+    assert all(b["rollout_buffer/bound_waits"] == 0 for b in left) and loose.waited_s < tight.waited_s - 0.5
+    assert max(s for b in left for s in b["staleness"]) == 3  # the slow group's; the rest at most 2
 
 
 def test_a_group_at_the_bound_is_waited_for_and_counted():
