@@ -1,14 +1,18 @@
 """A step's wait for its rollout under a long-tailed tool: groups taken as they finish against a step's own.
 
-    python -m benchmarks.group_buffer [--out runs/bench_groups] [--seed 0] [--latency-s 3.0]
-        [--sigma 1.0] [--steps 12] [--max-staleness 2] [--modes by_step first_done first_done_2k]
+    python -m benchmarks.group_buffer [--out runs/bench_groups] [--seed 0] [--latency-s 1.0]
+        [--sigma 1.0] [--steps 10] [--max-staleness 2] [--modes by_step first_done first_done_2k]
+        [--schedule concurrent]
 
 The quickstart's world, index, tiny model and SFT warm start once (``common/quickstart_phases.py``),
-then ``--steps`` steps of its PPO phase from that SFT model, without validation, twice: every search
+then ``--steps`` steps of its PPO phase from that SFT model, without validation, once per mode: every search
 first waits a seeded lognormal delay (median ``--latency-s``, log-spread ``--sigma``: at 1.0 one
-search in ten waits over 3.6× the median), the same delay for the same query in both runs, on one
+search in ten waits over 3.6× the median), the same delay for the same query in every run, on one
 rollout worker drawing ``--max-staleness`` steps ahead (``trainer.partial_rollout=continue``, one
-torch thread per role: the rollout worker on one core, the actor, critic and reference on the other):
+torch thread per role: the rollout worker on one core, the actor, critic and reference on the other).
+The trajectories run under ``--schedule`` (concurrent by default, the trainer's own: each
+trajectory goes on as its own search returns; under the quickstart's lockstep a draw's trajectories
+take each turn together and wait for its slowest search, which groups as calls of their own undo):
 
 * ``by_step`` (the baseline): each step trains on the groups drawn for it, so it waits for the
   slowest of them;
@@ -21,7 +25,7 @@ torch thread per role: the rollout worker on one core, the actor, critic and ref
 Figures per run, medians over the steps after the first: the driver's wait for the step's rollout
 (``timing_s/gen_wait``), the step's seconds, the phase's wall time, and the ratio of each against
 ``by_step``; the staleness of the trained tokens (mean), the groups the bound made a step wait for,
-and the draws a batch mixes. The same ``--steps`` steps see different groups in the two runs (a
+and the draws a batch mixes. The same ``--steps`` steps see different groups in the runs (a
 slow group is trained later by groups), so the EM is not compared here: ``async_rollout`` compares
 learning by wall time. Each run's figures are kept in ``<out>/<mode>.json``; a run already measured
 is not run again.
@@ -65,6 +69,7 @@ def measure(mode: str, args: argparse.Namespace, shared: dict, out: Path) -> dic
     extra = mode_overrides(mode, args.max_staleness) + AHEAD
     extra += [
         tools(shared["url"], args.latency_s, args.sigma, args.seed),
+        f"actor.rollout.schedule={args.schedule}",
         f"trainer.total_steps={args.steps}",
         "trainer.test_freq=0",
         "trainer.val_before_train=false",
@@ -94,7 +99,7 @@ def report(results: dict[str, dict], args: argparse.Namespace) -> None:
     base = results["by_step"]
     print(
         f"\nsearch latency lognormal, median {args.latency_s:g} s, sigma {args.sigma:g}; "
-        f"k {args.max_staleness}; {args.steps} steps, medians over steps 2-{args.steps}"
+        f"k {args.max_staleness}; {args.schedule}; {args.steps} steps, medians over steps 2-{args.steps}"
     )
     header = f"{'mode':<14} {'wait s':>7} {'ratio':>6} {'s/step':>7} {'ratio':>6} {'phase s':>8} {'ratio':>6}"
     print(f"{header} {'wait total':>10} {'staleness':>9} {'bound waits':>11} {'draws/batch':>11}")
@@ -113,11 +118,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/bench_groups")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--latency-s", type=float, default=3.0)
+    parser.add_argument("--latency-s", type=float, default=1.0)
     parser.add_argument("--sigma", type=float, default=1.0)
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--max-staleness", type=int, default=2)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    parser.add_argument("--schedule", default="concurrent", choices=["concurrent", "lockstep"])
     parser.add_argument("--short", action="store_true", help="the quickstart's short profile (a smoke run)")
     args = parser.parse_args()
     out = Path(args.out)
