@@ -126,7 +126,7 @@ class GroupBuffer:
 
     # --- submitting ---------------------------------------------------------------------
 
-    def draw(self, weights_version: int) -> None:
+    def draw_next(self, weights_version: int) -> None:
         """The next step's worth of prompts, each group submitted on the least busy worker (a
         restored draw's groups that were resolved before the checkpoint are not)."""
         state = self.loader.state_dict()
@@ -157,7 +157,7 @@ class GroupBuffer:
         while len(self.units) + self.batch_size <= bound * self.batch_size and will_run(self.in_flight + 1):
             if before_draw is not None:
                 before_draw()
-            self.draw(step)
+            self.draw_next(step)
 
     # --- taking ------------------------------------------------------------------------
 
@@ -165,7 +165,7 @@ class GroupBuffer:
         """(0-based) step ``step``'s batch, trained on the weights of ``step`` updates: the groups the
         bound forces, then the first done (module docstring); with the buffer's figures."""
         while len(self.units) < self.batch_size:  # the run's first step, the first after a resume
-            self.draw(step)  # (new groups, of weights t, change no bound of an older w)
+            self.draw_next(step)  # (new groups, of weights t, change no bound of an older w)
         generating = [unit for unit in self.units if not unit.done()]
         metrics = {
             "rollout_buffer/groups_done_at_take": float(len(self.units) - len(generating)),
@@ -181,7 +181,7 @@ class GroupBuffer:
             if self.stale_group == "drop":
                 dropped += self.drop_stale(step)
                 while len(self.units) + len(taken) < self.batch_size:
-                    self.draw(step)
+                    self.draw_next(step)
             ready = sorted((u for u in self.units if u.done()), key=lambda u: u.order)
             if not ready:
                 self.group.wait_any([u.pending for u in self.units])

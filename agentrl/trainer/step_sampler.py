@@ -100,7 +100,7 @@ class StepSampler:
 
     def draw_ahead(self, step: int, weights_version: int) -> None:
         """Submit (0-based) step ``step``'s rollout now, on the generator's weights of
-        ``weights_version`` updates (a step's rollout at a time)."""
+        ``weights_version`` updates (``take_groups=by_step``: a step's rollout at a time)."""
         self.ahead.draw(step, weights_version)
 
     def fill_ahead(
