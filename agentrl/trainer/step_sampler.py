@@ -68,7 +68,9 @@ class StepSampler:
                 staleness_bound(trainer),
                 trainer.stale_group,
             )
-        return StepsAhead(self.submit, self.loader, waits_before_serving=self.roles.rollout is None)
+        # without rollout workers the actor generates, one rollout at a time
+        serves_one = self.config.resources.rollout_workers == 0
+        return StepsAhead(self.submit, self.loader, waits_before_serving=serves_one)
 
     @property
     def in_flight(self) -> int:
