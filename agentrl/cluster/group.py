@@ -11,6 +11,7 @@ rank that would hold the longest trajectories does not set the pace for the othe
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,15 @@ import numpy as np
 import ray
 import torch
 
-from agentrl.cluster.role_calls import LOST, POLL_S, CallPolicy, RankSite, RoleFailure, gather
+from agentrl.cluster.role_calls import (
+    LOST,
+    POLL_S,
+    CallPolicy,
+    RankSite,
+    RoleFailure,
+    check_calls,
+    gather,
+)
 from agentrl.cluster.runtime_env import worker_runtime_env
 from agentrl.cluster.sharding import balanced_partition, chunk_bounds, token_counts
 from agentrl.core.batch import Batch
@@ -241,20 +250,19 @@ class WorkerGroup:
         refs = [getattr(self.workers[rank], method).remote(*args, **kwargs)]
         return Pending(refs, lambda done: gather(done, [self.sites[rank]], self.name, method, self.calls))
 
-    def wait_any(self, pending: Sequence[Pending]) -> None:
-        """Return once one of ``pending`` (this group's) is done; ``RoleFailure`` first when a node
-        of this group is lost meanwhile (the failed call itself is named by its ``result``)."""
+    def wait_any(self, pending: Sequence[Pending], method: str) -> None:
+        """Return once one of ``pending`` (this group's calls of ``method``) is done; ``RoleFailure``
+        first when a node of this group is lost meanwhile, or when the wait alone outlasts
+        ``resources.call_timeout_s`` (every call waited on started before it), as ``gather`` says."""
         refs = [ref for p in pending for ref in p._refs]
+        start = time.monotonic()
         while refs:
             ready, _ = ray.wait(refs, num_returns=1, timeout=POLL_S)
             if ready:
                 return
-            if self.calls.watch is not None:
-                lost = self.calls.watch.lost({site.node_id for site in self.sites})
-                if lost is not None:
-                    node, why = lost
-                    site = next(s for s in self.sites if s.node_id == node)
-                    raise RoleFailure(self.name, site, "wait_any", why, node_lost=True)
+            failure = check_calls(refs, self.sites, self.name, method, self.calls, start)
+            if failure is not None:
+                raise failure
 
     def shutdown(self) -> None:
         # Best effort: the actors are killed next whatever happens here.

@@ -172,13 +172,13 @@ def gather(refs: list[Any], sites: list[RankSite], role: str, method: str, polic
             if culprit is not None:
                 raise culprit from raised[0][1]
             raise raised[0][1]
-        failure = _check(pending, [sites[where[r]] for r in pending], role, method, policy, start)
+        failure = check_calls(pending, [sites[where[r]] for r in pending], role, method, policy, start)
         if failure is not None:
             raise failure
     return results
 
 
-def _check(
+def check_calls(
     pending: list[Any], sites: list[RankSite], role: str, method: str, policy: CallPolicy, start: float
 ) -> RoleFailure | None:
     """A lost node among the pending ranks', or the call's deadline passed; None while neither."""

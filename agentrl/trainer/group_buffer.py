@@ -42,6 +42,7 @@ from agentrl.config.schema import StaleGroup
 from agentrl.trainer.dataset import StatefulLoader
 
 # submit(prompt, draw, index, weights_version, rank): the group's call on rollout worker ``rank``
+GENERATE = "generate_sequences"  # the rollout workers' method each group's call runs
 SubmitGroup = Callable[[Any, int, int, int, int], Any]
 
 __all__ = ["GroupBuffer"]
@@ -184,7 +185,7 @@ class GroupBuffer:
                     self.draw_next(step)
             ready = sorted((u for u in self.units if u.done()), key=lambda u: u.order)
             if not ready:
-                self.group.wait_any([u.pending for u in self.units])
+                self.group.wait_any([u.pending for u in self.units], GENERATE)
             for unit in ready[: self.batch_size - len(taken)]:
                 self.move(unit, taken)
         metrics["rollout_buffer/bound_waits"] = float(waits)
@@ -212,7 +213,7 @@ class GroupBuffer:
                 return
             ready = sorted((u for u in short if u.result is not None), key=lambda u: u.order)
             if not ready:
-                self.group.wait_any([u.pending for u in short])
+                self.group.wait_any([u.pending for u in short], GENERATE)
             for unit in ready[:excess]:
                 self.move(unit, taken)
 

@@ -11,7 +11,7 @@ import ray
 
 from agentrl.cluster import group as group_module
 from agentrl.cluster.group import GroupSpec, WorkerGroup, wait_all_started
-from agentrl.cluster.role_calls import RoleFailure
+from agentrl.cluster.role_calls import CallPolicy, RoleFailure
 
 pytestmark = pytest.mark.slow  # starts a local Ray cluster
 
@@ -34,6 +34,10 @@ class Meeting:
 
     def hello(self) -> str:
         return "hello"
+
+    def nap(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
 
 
 def test_two_groups_are_constructed_together_and_answer_once_waited_for(ray_cluster, tmp_path):
@@ -96,3 +100,29 @@ def test_a_rendezvous_port_skips_the_ports_of_groups_started_beside_it(monkeypat
     monkeypatch.setattr(group_module, "free_port", lambda host="": next(offered))
     _, port = group_module._rendezvous(frozenset({29500, 29501}))
     assert port == 29502
+
+
+def test_waiting_for_the_first_of_a_groups_calls_stops_at_the_call_deadline_naming_the_group(
+    ray_cluster, tmp_path
+):
+    # wait_any (the group buffer's wait) is under resources.call_timeout_s as every gathered call is
+    both = str(tmp_path / "both")
+    group = WorkerGroup(
+        GroupSpec(Meeting, (both, both), name="rollout", num_cpus=0, max_concurrency=2),
+        calls=CallPolicy(call_timeout_s=1.0),
+    ).wait_started()
+    try:
+        quick = group.submit_to(0, "nap", 0.1)
+        group.wait_any([quick], "nap")
+        assert quick.done() and quick.result() == [0.1]  # one rank's answer
+        slow = [group.submit_to(0, "nap", 30.0), group.submit_to(0, "nap", 30.0)]
+        start = time.monotonic()
+        with pytest.raises(
+            RoleFailure,
+            match=r"rollout rank 0 on node .* did not finish within resources\.call_timeout_s=1 "
+            r"\(during nap\)",
+        ):
+            group.wait_any(slow, "nap")
+        assert time.monotonic() - start < 5.0 and not any(p.done() for p in slow)
+    finally:
+        group.kill()

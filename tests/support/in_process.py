@@ -62,7 +62,7 @@ class InProcessGroup:
         assert rank == 0, f"an in-process group has one rank, not rank {rank}"
         return Collected(combine([self.run_rank0(method, *args, **kwargs)]))
 
-    def wait_any(self, pending: Sequence[Collected]) -> None:
+    def wait_any(self, pending: Sequence[Collected], method: str) -> None:
         """Every submitted call has run already: nothing to wait for."""
 
     def shutdown(self) -> None:

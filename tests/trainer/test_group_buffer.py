@@ -57,7 +57,7 @@ class Clock:
         self.ranks.append(rank)
         return Call(self, self.now + self.duration(draw, index), draw, index, version)
 
-    def wait_any(self, pending: list[Call]) -> None:
+    def wait_any(self, pending: list[Call], method: str) -> None:
         assert pending and not any(p.done() for p in pending), "a wait is only for calls not done"
         finish = min(p.finish for p in pending)
         self.waited_s += finish - self.now
