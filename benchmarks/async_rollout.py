@@ -49,9 +49,11 @@ MODES = {
 AHEAD = ["resources.rollout_workers=1", "trainer.partial_rollout=continue", "resources.torch_threads=1"]
 
 
-def slow_tools(url: str, latency_s: float, seed: int) -> str:
-    """``actor.rollout.tools``: the quickstart's search (top-1) behind the seeded delay."""
-    options = f"{{url: '{url}', topk: 1, median_s: {latency_s}, latency_seed: {seed}}}"
+def slow_tools(url: str, latency_s: float, seed: int, sigma: float | None = None) -> str:
+    """``actor.rollout.tools``: the quickstart's search (top-1) behind the seeded delay (log-spread
+    ``sigma``; None: the tool's own, 0.5)."""
+    spread = "" if sigma is None else f", sigma: {sigma}"
+    options = f"{{url: '{url}', topk: 1, median_s: {latency_s}{spread}, latency_seed: {seed}}}"
     return f"actor.rollout.tools=[{{class_path: {SLOW_SEARCH}, options: {options}}}]"
 
 

@@ -39,7 +39,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.async_rollout import AHEAD, SLOW_SEARCH
+from benchmarks.async_rollout import AHEAD, slow_tools
 from benchmarks.common.quickstart_phases import build_shared, ppo_phase_config
 
 FIRST_DONE = "trainer.take_groups=first_done"
@@ -57,18 +57,12 @@ def mode_overrides(mode: str, k: int) -> list[str]:
 MODES = ("by_step", "first_done", "first_done_2k")
 
 
-def tools(url: str, median_s: float, sigma: float, seed: int) -> str:
-    """``actor.rollout.tools``: the quickstart's search (top-1) behind the seeded long-tailed delay."""
-    options = f"{{url: '{url}', topk: 1, median_s: {median_s}, sigma: {sigma}, latency_seed: {seed}}}"
-    return f"actor.rollout.tools=[{{class_path: {SLOW_SEARCH}, options: {options}}}]"
-
-
 def measure(mode: str, args: argparse.Namespace, shared: dict, out: Path) -> dict:
     from agentrl.quickstart.phases import train_ppo
 
     extra = mode_overrides(mode, args.max_staleness) + AHEAD
     extra += [
-        tools(shared["url"], args.latency_s, args.sigma, args.seed),
+        slow_tools(shared["url"], args.latency_s, args.seed, args.sigma),
         f"actor.rollout.schedule={args.schedule}",
         f"trainer.total_steps={args.steps}",
         "trainer.test_freq=0",
