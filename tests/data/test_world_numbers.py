@@ -87,6 +87,31 @@ def test_arithmetic_questions_need_two_passages_and_one_calculation(worlds) -> N
     assert len(set(ids)) == len(ids)
 
 
+def test_practice_questions_only_add_training_pairs_that_no_held_out_question_names(worlds) -> None:
+    _, plain = worlds
+    world = generate_world(seed=0, numbers=True, arithmetic_practice=3)
+    assert world.test_questions == plain.test_questions
+    plain_train = plain.train_questions
+    assert world.train_questions[: len(plain_train)] == plain_train
+    practice = world.train_questions[len(plain_train) :]
+    assert len(practice) > 2 * sum(q.calculation is not None for q in plain_train)
+    assert all(q.calculation is not None for q in practice)
+    held_out = {step.passage_id for q in world.test_questions if q.calculation for step in q.chain}
+    every = world.train_questions + world.test_questions
+    pairs = [tuple(step.passage_id for step in q.chain) for q in every if q.calculation]
+    assert len(set(pairs)) == len(pairs)  # no pair asked twice
+    assert not {step.passage_id for q in practice for step in q.chain} & held_out
+    assert world.params == plain.params | {"arithmetic_practice": 3}
+    assert [q.id for q in practice] == [f"train_{len(plain_train) + i}" for i in range(len(practice))]
+
+
+def test_practice_questions_are_refused_without_numbers_or_below_zero() -> None:
+    with pytest.raises(ValueError, match="arithmetic_practice needs numbers=True"):
+        generate_world(seed=0, arithmetic_practice=1)
+    with pytest.raises(ValueError, match="arithmetic_practice must be >= 0, got -1"):
+        generate_world(seed=0, numbers=True, arithmetic_practice=-1)
+
+
 def test_numbers_are_deterministic_by_seed(tmp_path: Path) -> None:
     a = _digest(generate_world(seed=3, numbers=True, **SHORT_SIZES), tmp_path / "a")
     b = _digest(generate_world(seed=3, numbers=True, **SHORT_SIZES), tmp_path / "b")

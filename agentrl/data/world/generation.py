@@ -27,6 +27,7 @@ from .numbers import (
     add_ages,
     company_age_sentences,
     make_arithmetic_questions,
+    make_practice_arithmetic_questions,
     numbers_rng,
     person_age_sentences,
 )
@@ -239,12 +240,22 @@ def _add_arithmetic(
     test_fraction: float,
     train: list[Question],
     test: list[Question],
+    practice_rounds: int = 0,
 ) -> None:
     """Append the arithmetic questions, split like the others, after the one- and two-hop ones
-    (whose ids and split stay those of the world without numbers)."""
+    (whose ids and split stay those of the world without numbers); then, with ``practice_rounds``,
+    that many more per entity to the training split only, none naming an entity of a held-out
+    arithmetic question (``make_practice_arithmetic_questions``)."""
     rows = make_arithmetic_questions(rng, companies, people)
     rng.shuffle(rows)
     n_test = max(1, round(len(rows) * test_fraction)) if rows else 0
+    if practice_rounds:
+        name_of = {e["passage_id"]: e["name"] for e in [*companies, *people]}
+        pairs = [tuple(name_of[step.passage_id] for step in row[5]) for row in rows]
+        held_out = {name for pair in pairs[:n_test] for name in pair}
+        rows += make_practice_arithmetic_questions(
+            rng, companies, people, practice_rounds, set(pairs), held_out
+        )
     first_test, first_train = len(test), len(train)
     test += [Question(f"test_{first_test + i}", *q) for i, q in enumerate(rows[:n_test])]
     train += [Question(f"train_{first_train + i}", *q) for i, q in enumerate(rows[n_test:])]
@@ -259,13 +270,20 @@ def generate_world(
     num_distractors: int = 80,
     test_fraction: float = 0.2,
     numbers: bool = False,
+    arithmetic_practice: int = 0,
 ) -> World:
     """Build a world deterministically from ``seed`` (same arguments -> identical world).
 
     Sizes are validated because a silently empty split would make training "work" on nothing.
     ``numbers`` adds company and person ages to the company and person passages and
     arithmetic questions on them (:func:`_add_arithmetic`); off, nothing of it is drawn.
+    ``arithmetic_practice`` (with ``numbers``) adds that many training-only arithmetic questions
+    per entity on top, on entities no held-out one names; 0 leaves the numbers world as it was.
     """
+    if arithmetic_practice and not numbers:
+        raise ValueError("generate_world: arithmetic_practice needs numbers=True (it adds arithmetic ones)")
+    if arithmetic_practice < 0:
+        raise ValueError(f"generate_world: arithmetic_practice must be >= 0, got {arithmetic_practice}")
     sizes = {
         "num_countries": num_countries,
         "num_people": num_people,
@@ -298,8 +316,10 @@ def generate_world(
     test = [Question(f"test_{i}", *q) for i, q in enumerate(test_raw)]
     params = {"seed": seed, **sizes, "test_fraction": test_fraction}
     if nrng is not None:
-        _add_arithmetic(nrng, companies, people, test_fraction, train, test)
+        _add_arithmetic(nrng, companies, people, test_fraction, train, test, arithmetic_practice)
         params["numbers"] = True
+        if arithmetic_practice:
+            params["arithmetic_practice"] = arithmetic_practice
     return World(seed, params, countries, cities, companies, people, passages, train, test)
 
 

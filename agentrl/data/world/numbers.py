@@ -18,7 +18,7 @@ before: same draws, same passages, same questions, same split.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from .questions import ChainStep
 
@@ -28,6 +28,7 @@ __all__ = [
     "add_ages",
     "company_age_sentences",
     "make_arithmetic_questions",
+    "make_practice_arithmetic_questions",
     "numbers_rng",
     "person_age_sentences",
 ]
@@ -79,9 +80,14 @@ def _person_age_step(p: Entity) -> ChainStep:
     return ChainStep(f"the age of {p['name']}", f"{p['name']} age", p["passage_id"], p["age"])
 
 
-def _partner(rng: random.Random, entities: Sequence[Entity], i: int, key: str) -> int | None:
-    """A random other entity whose ``key`` differs from entity ``i``'s (None when there is none)."""
-    others = [j for j, e in enumerate(entities) if j != i and e[key] != entities[i][key]]
+def _partner(
+    rng: random.Random, entities: Sequence[Entity], i: int, key: str, skip: Set[str] = frozenset()
+) -> int | None:
+    """A random other entity whose ``key`` differs from entity ``i``'s and whose name is not in
+    ``skip`` (None when there is none)."""
+    others = [
+        j for j, e in enumerate(entities) if j != i and e[key] != entities[i][key] and e["name"] not in skip
+    ]
     return rng.choice(others) if others else None
 
 
@@ -92,12 +98,19 @@ def _gap_questions(
     text: str,
     template: str,
     step: Callable[[Entity], ChainStep],
+    seen: set[tuple[str, str]] | None = None,
+    skip: Set[str] = frozenset(),
 ) -> list[ArithmeticFields]:
-    """One question per entity, paired with a random partner: the older one's age minus the younger one's."""
+    """One question per entity, paired with a random partner: the older one's age minus the younger one's.
+
+    ``seen`` holds the (older, younger) name pairs already asked (none is asked twice; it grows);
+    entities named in ``skip`` take part in no question."""
     rows: list[ArithmeticFields] = []
-    seen: set[tuple[str, str]] = set()
+    seen = set() if seen is None else seen
     for i, entity in enumerate(entities):
-        j = _partner(rng, entities, i, key)
+        if entity["name"] in skip:
+            continue
+        j = _partner(rng, entities, i, key, skip)
         if j is None:
             continue
         early, late = sorted((entity, entities[j]), key=lambda e: -int(e[key]))  # the older first
@@ -112,6 +125,22 @@ def _gap_questions(
     return rows
 
 
+def _gap_kinds(
+    companies: Sequence[Entity], people: Sequence[Entity]
+) -> list[tuple[Sequence[Entity], str, str, str, Callable[[Entity], ChainStep]]]:
+    """The two kinds of arithmetic question, companies first: (entities, age key, text, template, step)."""
+    return [
+        (
+            companies,
+            "founded_years_ago",
+            "How many years after {early} was founded was {late} founded?",
+            "founding_gap",
+            _company_age_step,
+        ),
+        (people, "age", "How many years older is {early} than {late}?", "birth_gap", _person_age_step),
+    ]
+
+
 def make_arithmetic_questions(
     rng: random.Random, companies: Sequence[Entity], people: Sequence[Entity]
 ) -> list[ArithmeticFields]:
@@ -120,20 +149,27 @@ def make_arithmetic_questions(
     Each names two entities; its chain is the two age lookups (the older entity first) and its
     calculation the older one's age minus the younger one's, whose value is the gold answer.
     """
-    founding = _gap_questions(
-        rng,
-        companies,
-        "founded_years_ago",
-        "How many years after {early} was founded was {late} founded?",
-        "founding_gap",
-        _company_age_step,
-    )
-    birth = _gap_questions(
-        rng,
-        people,
-        "age",
-        "How many years older is {early} than {late}?",
-        "birth_gap",
-        _person_age_step,
-    )
-    return founding + birth
+    rows: list[ArithmeticFields] = []
+    for entities, key, text, template, step in _gap_kinds(companies, people):
+        rows += _gap_questions(rng, entities, key, text, template, step)
+    return rows
+
+
+def make_practice_arithmetic_questions(
+    rng: random.Random,
+    companies: Sequence[Entity],
+    people: Sequence[Entity],
+    rounds: int,
+    asked: Set[tuple[str, str]],
+    held_out: Set[str],
+) -> list[ArithmeticFields]:
+    """``rounds`` more arithmetic questions per entity, for training only: new random partners, no
+    pair of ``asked`` (the (older, younger) names already asked) asked again, and no entity of
+    ``held_out`` (the names in the held-out arithmetic questions) in any of them, so no held-out
+    question's age is ever read in a demonstration or a training rollout."""
+    rows: list[ArithmeticFields] = []
+    seen = set(asked)
+    for _ in range(rounds):
+        for entities, key, text, template, step in _gap_kinds(companies, people):
+            rows += _gap_questions(rng, entities, key, text, template, step, seen, held_out)
+    return rows
