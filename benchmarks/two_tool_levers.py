@@ -12,7 +12,8 @@ arithmetic EM, single- and two-hop EM; of the held-out arithmetic questions, how
 ``calculate`` at all, and in how many the call's first number, its second number and both were
 the two passages' ages (its ``expression`` against the question's ``calculation``); the
 demonstrations trained on and the SFT wall time. Each lever's figures are kept in
-``<out>/<lever>.json`` (a lever already measured is not run again, so an interrupted run resumes).
+``<out>/<lever>_<skill|warm>_seed<S>.json`` (a lever already measured is not run again, so an
+interrupted run resumes).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-# name -> (what it changes, Profile fields replaced; ``world`` entries are merged into the profile's)
+# name -> (what it changes, Profile fields replaced; ``world`` and ``ppo`` merged into the profile's)
 LEVERS: dict[str, tuple[str, dict[str, Any]]] = {
     "base": ("the two_tool profile as it ships", {}),
     "sequential": (
