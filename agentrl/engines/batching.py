@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentrl.engines.base import GenerationResult, SamplingParams
 from agentrl.engines.requests import RequestChecks
+from agentrl.engines.step_lock import StepLock
 
 
 @dataclass
@@ -79,7 +79,7 @@ class BatchingEngine(RequestChecks, abc.ABC):
         self.stats = BatchingStats()
         # One batched generation at a time: the model (and vLLM's LLM) is not
         # re-entrant, and weight updates must not interleave with a generation.
-        self._exec_lock = threading.Lock()
+        self._exec_lock = StepLock()  # a decode loop gives way to a waiting update (step_lock.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task | None = None

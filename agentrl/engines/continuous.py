@@ -12,7 +12,8 @@ decode loop runs in a worker thread over a running batch; at every step it
    resolving each caller's future on its own event loop, and drops KV columns that no
    remaining row attends to.
 
-New weights loaded between two steps (``HFEngine.update_weights``) leave the running rows'
+New weights loaded between two steps (``HFEngine.update_weights``, which goes in at the next
+step boundary: the loop takes the engine's lock with ``StepLock.step``) leave the running rows'
 KV cache as the old weights computed it; with ``recompute_on_new_weights`` the engine flags
 them (``weights_changed``) and, before its next step, the batcher re-prefills every running
 row's prompt and tokens so far under the new weights (``recompute``), as a rollout stopped and
@@ -44,6 +45,7 @@ from agentrl.engines.base import FinishReason, GenerationResult, SamplingParams
 from agentrl.engines.batching import BatchingStats
 from agentrl.engines.decoding import CausalLMDecoder
 from agentrl.engines.sampling import select_tokens
+from agentrl.engines.step_lock import StepLock
 from agentrl.engines.stopping import StopStringMatcher
 
 _STOP = object()  # queued by ``close``: the loop exits
@@ -108,7 +110,8 @@ class ContinuousBatcher:
         decoder: the model and its per-row decoding rules (``decoding.py``).
         stats: the engine's counters, which the batcher keeps up to date.
         exec_lock: held around every prefill and decode step (the engine's lock: weight
-            updates and sleep do not interleave with a forward).
+            updates and sleep do not interleave with a forward, and one waiting for it goes in
+            before the next step, ``step_lock.py``).
         max_batch_size: most rows running at once; later requests wait for room.
     """
 
@@ -116,7 +119,7 @@ class ContinuousBatcher:
         self,
         decoder: CausalLMDecoder,
         stats: BatchingStats,
-        exec_lock: threading.Lock,
+        exec_lock: StepLock,
         max_batch_size: int,
     ) -> None:
         self.decoder = decoder
@@ -199,7 +202,7 @@ class ContinuousBatcher:
             room = self.max_batch_size - len(self.rows)
             admitted, waiting = waiting[:room], waiting[room:]
             try:
-                with self.exec_lock, torch.inference_mode():
+                with self.exec_lock.step(), torch.inference_mode():
                     self._hold_eval_mode()
                     started = time.perf_counter()
                     if self._stale_cache:

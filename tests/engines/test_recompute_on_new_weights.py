@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 import torch
@@ -27,26 +28,33 @@ def teacher_forced(model: torch.nn.Module, prompt: list[int], tokens: list[int])
 
 
 def generate_with_a_swap(engine: HFEngine, prompt: list[int], new_weights: dict) -> tuple[list, list, int]:
-    """Generate ``prompt``, loading ``new_weights`` once ``SWAP_AFTER`` tokens are out; the tokens, their
-    log-probs, and how many tokens the old weights had sampled when the new ones went in."""
+    """Generate ``prompt``, loading ``new_weights`` from another thread once ``SWAP_AFTER`` tokens are
+    out; the tokens, their log-probs, and how many tokens the old weights had sampled when the new
+    ones went in. The loader is started between two decode steps and the loop's next step waits for
+    it (the engine's ``StepLock``), so the swap falls at the same token on any machine."""
     swapped_at: list[int] = []
+    batcher = engine._continuous
+    settle = batcher._settle_finished  # runs on the decode thread, between two steps
 
-    def stream():  # read inside update_weights, under the engine's lock: between two decode steps
-        swapped_at.append(len(engine._continuous.rows[0].tokens))
+    def stream():  # read inside update_weights, under the engine's lock
+        swapped_at.append(len(batcher.rows[0].tokens))
         yield from new_weights.items()
 
-    async def run():
-        job = asyncio.ensure_future(engine.generate(prompt, SAMPLED))
-        while not engine._continuous.rows or len(engine._continuous.rows[0].tokens) < SWAP_AFTER:
-            await asyncio.sleep(0.0005)
-        loader = threading.Thread(target=engine.update_weights, args=(stream(),))
-        loader.start()
-        result = await job
-        loader.join(30)
-        return result
+    def settle_then_load():
+        settle()
+        if loader.ident is not None or not batcher.rows:  # started already, or nothing running
+            return
+        if len(batcher.rows[0].tokens) >= SWAP_AFTER:
+            loader.start()
+            deadline = time.monotonic() + 30
+            while not swapped_at and engine._exec_lock.waiting == 0 and time.monotonic() < deadline:
+                time.sleep(0.0005)  # until the loader holds the lock or waits for it
 
-    result = asyncio.run(run())
-    assert SWAP_AFTER <= swapped_at[0] < len(result.token_ids) - 4  # the swap fell mid-sequence
+    loader = threading.Thread(target=engine.update_weights, args=(stream(),))
+    batcher._settle_finished = settle_then_load
+    result = asyncio.run(engine.generate(prompt, SAMPLED))
+    loader.join(30)
+    assert SWAP_AFTER <= swapped_at[0] <= SWAP_AFTER + 1 < len(result.token_ids) - 4  # mid-sequence
     return result.token_ids, result.log_probs, swapped_at[0]
 
 
