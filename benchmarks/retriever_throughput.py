@@ -69,7 +69,13 @@ def in_process_at(root: Path, args: argparse.Namespace, backend: str, n_single: 
     (its own memory and threads)."""
     cmd = [sys.executable, retriever_in_process.__file__, backend, "--index", args.index, "--data", args.data]
     cmd += ["--n", str(n_single), str(n_batched)]
-    out = subprocess.run(cmd, env=env_for(root), cwd=root, stdout=subprocess.PIPE, text=True, check=True)
+    env = env_for(root)
+    if args.thread_policy:  # as the server applies it to itself (retriever.threads)
+        env = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0", **env}
+    pin = None if args.pin_server is None else (lambda: os.sched_setaffinity(0, args.pin_server))
+    out = subprocess.run(
+        cmd, env=env, cwd=root, stdout=subprocess.PIPE, text=True, check=True, preexec_fn=pin
+    )
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith(IN_PROCESS))
     return json.loads(line[len(IN_PROCESS) :])
 
@@ -126,16 +132,21 @@ def summarize(runs: list[dict]) -> dict:
 
 HEADER = (
     "| clients | server | requests/run | q/s per run | q/s | p50 ms | p99 ms | errors | mean batch "
-    "| server CPU ms/req | bench CPU ms/req | vs in-process batched | new / baseline |"
+    "| server CPU ms/req | bench CPU ms/req | bench CPU share | vs in-process one query "
+    "| vs in-process batched | new / baseline |"
 )
 
 
-def row(conc: int, side: str, n: int, s: dict, batched_qps: float, ratio: str) -> str:
+def row(conc: int, side: str, n: int, s: dict, base: dict | None, ratio: str) -> str:
+    """One table row; ``base`` is the side's in-process rates (None for the echo server)."""
     runs = ", ".join(f"{q:.0f}" for q in s["runs"])
+    share = s["bench_cpu_ms"] / (s["bench_cpu_ms"] + s["server_cpu_ms"])
+    single = f"{s['qps'] / base['single_qps']:.2f}×" if base else ""
+    batched = f"{s['qps'] / base['batched64_qps']:.0%}" if base else ""
     return (
         f"| {conc} | {side} | {n} | {runs} | {s['qps']:.1f} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | "
         f"{s['errors']} | {s['mean_batch']:.1f} | {s['server_cpu_ms']:.3f} | {s['bench_cpu_ms']:.3f} | "
-        f"{s['qps'] / batched_qps:.0%} | {ratio} |"
+        f"{share:.0%} | {single} | {batched} | {ratio} |"
     )
 
 
@@ -157,7 +168,11 @@ def bench_backend(name: str, args: argparse.Namespace, queries: list[str], basel
     servers = {}
     try:
         for side, root in roots.items():
-            servers[side] = start_server(Path(args.index), name, extra[side], root)
+            servers[side] = start_server(Path(args.index), name, extra[side], root, args.pin_server)
+        if args.echo:
+            servers["echo"] = start_server(
+                Path(args.index), name, (), REPO, args.pin_server, "benchmarks.common.echo_server"
+            )
         for side in servers:  # untimed warm-up: connections, first touch of the mmapped index
             runner(drive(servers[side][1], queries, 8, 200))
         print("\n" + HEADER + "\n|" + "---|" * (HEADER.count("|") - 1))
@@ -172,7 +187,7 @@ def bench_backend(name: str, args: argparse.Namespace, queries: list[str], basel
                 ratio = ""
                 if side == "new" and "baseline" in summary:
                     ratio = f"**{summary['new']['qps'] / summary['baseline']['qps']:.2f}×**"
-                print(row(conc, side, n, summary[side], base[side]["batched64_qps"], ratio), flush=True)
+                print(row(conc, side, n, summary[side], base.get(side), ratio), flush=True)
     finally:
         for proc, _ in servers.values():
             stop_server(proc)
@@ -202,15 +217,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--new-server-args", default="", help="extra flags for the working tree's server")
     p.add_argument("--baseline-server-args", default="", help="extra flags for the baseline's server")
+    p.add_argument("--echo", action="store_true", help="also measure a bare aiohttp echo server (no search)")
+    p.add_argument("--pin-server", type=_cores, default=None, metavar="CPUS", help="e.g. 1 or 2-3")
+    p.add_argument("--pin-bench", type=_cores, default=None, metavar="CPUS", help="the load generator's")
+    p.add_argument(
+        "--thread-policy",
+        action="store_true",
+        help="run the in-process rates under the server's own thread policy (quiet OpenMP pools)",
+    )
     args = p.parse_args(argv)
     if args.rounds < 1 or args.scale <= 0 or min(args.clients) < 1:
         p.error("--rounds and --clients: expected integers >= 1; --scale: expected > 0")
     return args
 
 
+def _cores(text: str) -> set[int]:
+    """``"1"``, ``"0,2"`` or ``"2-3"`` as a set of CPU numbers."""
+    cores: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cores.update(range(int(low), int(high or low) + 1))
+    return cores
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args = parse_args(argv)
+    if args.pin_bench is not None:
+        os.sched_setaffinity(0, args.pin_bench)
     queries = [q["question"] for q in load_questions(Path(args.data) / "nq" / "test.jsonl")]
     with checkout_ref(args.baseline_ref) if args.baseline_ref else contextlib.nullcontext() as baseline:
         if baseline:

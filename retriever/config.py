@@ -34,6 +34,7 @@ class ServerConfig:
     cache_size: int = 20_000  # LRU entries keyed by (query, topk); 0 disables
     access_log: str | None = "-"  # "-" = stderr, a path = append JSON lines there, None = off
     shutdown_timeout_s: float = 10.0
+    workers: int = 1  # server processes sharing the port (retriever.workers)
 
     def __post_init__(self) -> None:
         positive = (
@@ -47,6 +48,7 @@ class ServerConfig:
             "max_batch_size",
             "max_pending",
             "retry_after_s",
+            "workers",
         )
         for name in positive:
             value = getattr(self, name)
@@ -57,6 +59,10 @@ class ServerConfig:
                 raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: expected 0..65535, got {self.port}")
+        if self.workers > 1 and self.port == 0:
+            raise ValueError(
+                "port: 0 lets each process pick its own port; with workers > 1 give the port they share"
+            )
         if self.default_topk > self.max_topk:
             raise ValueError(f"default_topk: {self.default_topk} exceeds max_topk {self.max_topk}")
         if self.default_page_words > self.max_page_words:

@@ -36,9 +36,10 @@ class RetrieverStartError(RuntimeError):
     """The server exited or did not become ready in time (message has its log tail)."""
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM it when its parent dies, so a killed
-    job (SIGKILL, OOM) cannot leave an orphaned server holding its port. No-op elsewhere."""
+def die_with_parent() -> None:
+    """In a child (before exec, or a forked worker): ask Linux to SIGTERM it when its parent
+    dies, so a killed job (SIGKILL, OOM) cannot leave an orphaned server holding its port.
+    No-op elsewhere."""
     if sys.platform != "linux":
         return
     try:
@@ -133,7 +134,7 @@ class RetrieverProcess:
         root = str(Path(__file__).resolve().parents[1])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
-            self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent
+            self.command(), stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
         )
         if wait:
             try:

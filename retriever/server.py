@@ -1,7 +1,7 @@
 """The retrieval HTTP service (Search-R1 compatible API) on aiohttp.
 
     python -m retriever.server --index DIR --host 127.0.0.1 --port 8000 \
-        [--backend auto|dense|bm25|hybrid|pyserini]
+        [--backend auto|dense|bm25|hybrid|pyserini] [--workers N]
 
     POST /retrieve {"queries": [str], "topk": int, "return_scores": bool}
         -> {"result": [[{"document": {"id", "contents"}, "score": float}, ...], ...]}
@@ -20,6 +20,11 @@ waiting handler.  The queue is bounded (503 + Retry-After beyond it) and repeate
 are answered from an LRU cache without touching the backend.  A page window costs tens of
 microseconds (an O(1) lookup and the chunks it covers, memory-mapped), so /open_page is
 answered on the event loop, with no queue.
+
+Before it loads anything the server sets its own thread policy (``retriever.threads``: OpenMP
+pools that sleep between requests, so one client does not pay for spinning threads), and with
+``--workers N`` it forks N such processes on one port, each with its share of the cores
+(``retriever.workers``).
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ from retriever.middleware import (
 )
 from retriever.pages import PageIndex
 from retriever.request_body import RequestError, parse_open_page_request, parse_retrieve_request
+from retriever.threads import apply_thread_policy, available_cores
+from retriever.workers import WorkerSlot, run_workers
 
 log = logging.getLogger("retriever.server")
 
@@ -74,8 +81,12 @@ class RetrieverService:
         load_backend: Callable[[], SearchBackend],
         index_dir: str | None = None,
         load_pages: Callable[[], PageIndex] | None = None,
+        slot: WorkerSlot | None = None,
+        threads: dict[str, str] | None = None,
     ) -> None:
         self.config = config
+        self.slot = slot  # this process's place among --workers; None when it serves alone
+        self.threads = threads or {}  # the thread policy in force (retriever.threads)
         self._load_backend = load_backend
         self._load_pages = load_pages  # None: no page reader (/open_page answers 501)
         self.index_dir = index_dir
@@ -105,6 +116,8 @@ class RetrieverService:
                 self.on_fatal()
             return
         self.backend = backend
+        if self.slot is not None:
+            self.slot.mark_loaded()
         self.batcher = MicroBatcher(
             backend.search,
             self.config.max_batch_size,
@@ -147,7 +160,8 @@ class RetrieverService:
         return error_response(503, "server", message, headers={"Retry-After": str(self.config.retry_after_s)})
 
     async def health(self, request: web.Request) -> web.Response:
-        ready = self.status == "ready"
+        # ready once every worker has loaded: a client that waited for it meets no loading peer
+        ready = self.status == "ready" and (self.slot is None or self.slot.all_loaded())
         body: dict[str, Any] = {
             "status": self.status,
             "ready": ready,
@@ -159,6 +173,8 @@ class RetrieverService:
             "cache": {"size": len(self.cache), "hits": self.cache.hits, "misses": self.cache.misses},
             "pages": self.pages.summary() if self.pages else None,
             "batching": self.batcher.stats.as_dict() if self.batcher else None,
+            "worker": self.slot.summary() if self.slot else None,
+            "threads": self.threads,
         }
         if self.load_error:
             body["error"] = self.load_error
@@ -248,7 +264,14 @@ async def serve(service: RetrieverService) -> int:
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(create_app(service), access_log=None, shutdown_timeout=cfg.shutdown_timeout_s)
     await runner.setup()
-    site = web.TCPSite(runner, cfg.host, cfg.port, backlog=1024, shutdown_timeout=cfg.shutdown_timeout_s)
+    site = web.TCPSite(
+        runner,
+        cfg.host,
+        cfg.port,
+        backlog=1024,
+        shutdown_timeout=cfg.shutdown_timeout_s,
+        reuse_port=service.slot is not None,  # the workers share the port; the kernel spreads connections
+    )
     await site.start()
     log.info(json.dumps({"event": "listening", "host": cfg.host, "port": cfg.port}))
     await stop.wait()
@@ -276,6 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # Before any backend (torch, faiss) is imported: OpenMP reads its settings when it loads.
+    share = max(1, available_cores() // config.workers) if config.workers > 1 else None
+    threads = apply_thread_policy(share)
     configure_logging(config.access_log)
     options = BackendOptions(
         model_path=args.model,
@@ -286,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rerank_model=args.rerank_model,
         rerank_depth=args.rerank_depth,
         query_encoder=args.query_encoder or "transformers",
+        encoder_threads=share or 0,
         index_load=args.index_load,
         dense_index=args.dense_index,
         nprobe=args.nprobe,
@@ -295,17 +322,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     arrow = read_manifest(index_dir).get("docstore", {"kind": "arrow"}).get("kind") == "arrow"
     has_docstore = arrow and (Path(index_dir) / DOCSTORE_FILE).is_file()
     load_pages = None if args.no_pages or not has_docstore else (lambda: PageIndex(DocStore(index_dir)))
-    service = RetrieverService(
-        config,
-        lambda: open_backend(index_dir, args.backend, options),
-        index_dir=index_dir,
-        load_pages=load_pages,
-    )
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(serve(service))
-    return uvloop.run(serve(service))
+
+    def run(slot: WorkerSlot | None) -> int:
+        service = RetrieverService(
+            config,
+            lambda: open_backend(index_dir, args.backend, options),
+            index_dir=index_dir,
+            load_pages=load_pages,
+            slot=slot,
+            threads=threads,
+        )
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(serve(service))
+        return uvloop.run(serve(service))
+
+    if config.workers == 1:
+        return run(None)
+    return run_workers(config.workers, run)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,12 @@ def parse_args(argv: Sequence[str] | None = None, description: str | None = None
         "cache_size",
     ):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=defaults.workers,
+        help="server processes sharing the port (SO_REUSEPORT), each with its share of the cores",
+    )
     p.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
     p.add_argument("--shutdown-timeout-s", type=float, default=defaults.shutdown_timeout_s)
     p.add_argument("--access-log", default=defaults.access_log, help="'-' = stderr, a file path, or 'off'")

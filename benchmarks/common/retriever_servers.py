@@ -26,12 +26,27 @@ from benchmarks.common.paths import REPO
 
 
 def cpu_s(pid: int | None = None) -> float:
-    """CPU seconds (user + system, all threads) that process ``pid`` (None: this one) used so far."""
+    """CPU seconds (user + system, all threads) that process ``pid`` (None: this one) used so far,
+    with every live descendant's (a server's ``--workers``)."""
     if pid is None:
         t = os.times()
         return t.user + t.system
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for proc in [pid, *_descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{proc}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # exited between the listing and the read
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(FileNotFoundError):
+            children += [int(c) for c in (task / "children").read_text().split()]
+    return [grand for child in children for grand in [child, *_descendants(child)]]
 
 
 @contextlib.contextmanager
@@ -83,14 +98,20 @@ def _check_imports_from(root: Path) -> None:
 
 
 def start_server(
-    index: Path, backend: str, extra_args: Sequence[str] = (), root: Path = REPO
+    index: Path,
+    backend: str,
+    extra_args: Sequence[str] = (),
+    root: Path = REPO,
+    cores: set[int] | None = None,
+    module: str = "retriever.server",
 ) -> tuple[subprocess.Popen, str]:
-    """``root``'s ``python -m retriever.server`` on a free port, cache and access log off; ready."""
+    """``root``'s ``python -m MODULE`` (the retriever server, or a stand-in speaking its API) on a
+    free port, cache and access log off, pinned to ``cores`` when given; ready."""
     port = free_port()
     cmd = [
         sys.executable,
         "-m",
-        "retriever.server",
+        module,
         "--index",
         str(Path(index).resolve()),
         "--backend",
@@ -104,7 +125,10 @@ def start_server(
         *extra_args,
     ]
     with tempfile.TemporaryFile() as log:  # the server's own messages, shown if it fails to start
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env_for(root))
+        pin = None if cores is None else (lambda: os.sched_setaffinity(0, cores))
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=root, env=env_for(root), preexec_fn=pin
+        )
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 300  # a first ONNX export can take a minute
         while time.monotonic() < deadline and proc.poll() is None:
