@@ -19,11 +19,6 @@ from retriever.process import RetrieverProcess
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _health(server: RetrieverProcess) -> dict:
-    with urllib.request.urlopen(server.url + "/health", timeout=5) as resp:  # a new connection each time
-        return json.loads(resp.read())
-
-
 def _retrieve(server: RetrieverProcess, query: str) -> list:
     req = urllib.request.Request(
         server.retrieve_url, data=json.dumps({"queries": [query], "topk": 2}).encode(), method="POST"
@@ -36,7 +31,7 @@ def _worker_pids(server: RetrieverProcess, tries: int = 200) -> set[int]:
     """The worker pids ``/health`` reports over new connections, until both are seen."""
     pids: set[int] = set()
     for _ in range(tries):
-        pids.add(_health(server)["worker"]["pid"])
+        pids.add(server.health()["worker"]["pid"])
         if len(pids) == 2:
             break
     return pids
@@ -52,7 +47,7 @@ def _alive(pid: int) -> bool:
 
 def test_two_workers_share_the_port_each_ready_and_serving_and_stop_together(bm25_index, make_server):
     server = make_server(bm25_index, "--workers", "2")
-    body = _health(server)
+    body = server.health()
     assert body["ready"] and body["worker"]["count"] == 2 and body["worker"]["loaded"] == 2
     pids = _worker_pids(server)
     assert len(pids) == 2 and server.proc.pid not in pids  # the supervisor serves nothing itself
@@ -82,7 +77,7 @@ def test_a_worker_that_dies_stops_the_server_with_a_nonzero_code(bm25_index, mak
 
 
 def test_one_worker_serves_alone_with_the_quiet_thread_policy(bm25_server):
-    body = _health(bm25_server)
+    body = bm25_server.health()
     assert body["worker"] is None
     assert body["threads"] == {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 
