@@ -4,6 +4,7 @@ decode step and leaves it when done, and what it gets does not depend on who it 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -75,6 +76,19 @@ def test_the_coalescing_engine_makes_the_same_late_request_wait(tiny_dir, tokeni
 def test_rows_with_different_parameters_share_forwards_and_keep_their_own_samples(engine, prompts):
     sampled = [SamplingParams(max_new_tokens=12, temperature=1.0, top_k=20, seed=s) for s in (3, 4)]
     requests = [(prompts[0], LONG), (prompts[1], sampled[0]), (prompts[2], sampled[1]), (prompts[3], SHORT)]
+    batcher = engine._continuous
+    collect = batcher._arrivals  # runs on the decode thread
+
+    def collect_once_all_are_queued(block: bool):
+        # The decode thread may wake between two submits; the test is about one shared batch,
+        # so its first collection waits until the event loop has queued all four requests.
+        deadline = time.monotonic() + 10
+        while block and batcher.inbox.qsize() < len(requests) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        batcher._arrivals = collect
+        return collect(block)
+
+    batcher._arrivals = collect_once_all_are_queued
 
     async def together():
         return await asyncio.gather(*(engine.generate(p, params) for p, params in requests))
