@@ -50,6 +50,7 @@ from benchmarks.common.retriever_servers import start_server
 from retriever.build_index import main as build_index
 from retriever.corpus import DocStore
 from retriever.evaluation import load_questions
+from retriever.event_loop import run_event_loop
 
 TOPK, PAGE_WORDS, WARMUP_S = 3, 200, 1.0
 
@@ -209,12 +210,7 @@ def main() -> int:
         corpus.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         build_index(["--corpus", str(corpus), "--backend", args.backend, "--out", str(index), "--quiet"])
     titles, n_passages = _titles(index, 5000, seed=0)
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
+    runner = run_event_loop
     proc, url = start_server(index, args.backend)
     rows: list[tuple[str, dict, float | None]] = []  # (phase, its figures, the alone rate around it)
     try:

@@ -51,6 +51,7 @@ from benchmarks.common.retriever_servers import (
     stop_server,
 )
 from retriever.evaluation import load_questions
+from retriever.event_loop import run_event_loop
 
 DEFAULT_BASELINE = "063a5cf"  # the server before issue #30's BM25 work ("today's server")
 PLANS = {  # backend -> (in-process single, in-process batched, requests per server run at 1/16/64 clients)
@@ -164,7 +165,7 @@ def bench_backend(name: str, args: argparse.Namespace, queries: list[str], basel
             f"batches of 64 {base[side]['batched64_qps']:8.1f} q/s",
             flush=True,
         )
-    runner = _event_loop_runner()
+    runner = run_event_loop
     servers = {}
     try:
         for side, root in roots.items():
@@ -193,15 +194,6 @@ def bench_backend(name: str, args: argparse.Namespace, queries: list[str], basel
             stop_server(proc)
 
 
-def _event_loop_runner():
-    try:
-        import uvloop
-
-        return uvloop.run
-    except ImportError:
-        return asyncio.run
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", default=str(REPO / "indexes" / "wiki_mini"))
@@ -226,6 +218,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="run the in-process rates under the server's own thread policy (quiet OpenMP pools)",
     )
     args = p.parse_args(argv)
+    # the baseline's server and in-process runs start from a checkout elsewhere, so a path
+    # relative to the caller's directory must be fixed here, before any of them starts
+    args.index = str(Path(args.index).resolve())
+    args.data = str(Path(args.data).resolve())
     if args.rounds < 1 or args.scale <= 0 or min(args.clients) < 1:
         p.error("--rounds and --clients: expected integers >= 1; --scale: expected > 0")
     return args

@@ -56,6 +56,7 @@ from retriever import server_args
 from retriever.base import Hit, SearchBackend
 from retriever.batching import LRUCache, MicroBatcher, QueueFullError
 from retriever.config import ServerConfig
+from retriever.event_loop import run_event_loop
 from retriever.middleware import (
     CACHE_HITS_KEY,
     N_QUERIES_KEY,
@@ -332,11 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             slot=slot,
             threads=threads,
         )
-        try:
-            import uvloop
-        except ImportError:
-            return asyncio.run(serve(service))
-        return uvloop.run(serve(service))
+        return run_event_loop(serve(service))
 
     if config.workers == 1:
         return run(None)

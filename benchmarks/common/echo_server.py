@@ -18,6 +18,8 @@ import sys
 from aiohttp import web
 from orjson import dumps
 
+from retriever.event_loop import run_event_loop
+
 PASSAGE = {"id": "0", "contents": '"Echo" ' + "a passage of about a hundred words of text " * 12}
 
 
@@ -47,12 +49,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, required=True)
     args, _ = p.parse_known_args()
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(args.port))
-        return 0
-    uvloop.run(serve(args.port))
+    run_event_loop(serve(args.port))
     return 0
 
 

@@ -7,12 +7,20 @@ import sys
 import time
 
 from benchmarks.common.retriever_servers import cpu_s
-from benchmarks.retriever_throughput import _cores, row
+from benchmarks.retriever_throughput import _cores, parse_args, row
 
 
 def test_a_core_list_reads_single_numbers_ranges_and_commas():
     assert _cores("1") == {1}
     assert _cores("0,2-3") == {0, 2, 3}
+
+
+def test_relative_index_and_data_paths_become_absolute(tmp_path, monkeypatch):
+    # the baseline runs from another checkout, where a relative path would name nothing
+    monkeypatch.chdir(tmp_path)
+    args = parse_args(["--index", "indexes/wiki_mini", "--data", "data"])
+    assert args.index == str(tmp_path / "indexes" / "wiki_mini")
+    assert args.data == str(tmp_path / "data")
 
 
 def test_a_row_gives_the_load_generators_share_and_both_in_process_ratios():
