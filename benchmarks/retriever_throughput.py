@@ -134,7 +134,7 @@ def summarize(runs: list[dict]) -> dict:
 HEADER = (
     "| clients | server | requests/run | q/s per run | q/s | p50 ms | p99 ms | errors | mean batch "
     "| server CPU ms/req | bench CPU ms/req | bench CPU share | vs in-process one query "
-    "| vs in-process batched | new / baseline |"
+    "| server CPU vs in-process one query | vs in-process batched | new / baseline |"
 )
 
 
@@ -143,11 +143,12 @@ def row(conc: int, side: str, n: int, s: dict, base: dict | None, ratio: str) ->
     runs = ", ".join(f"{q:.0f}" for q in s["runs"])
     share = s["bench_cpu_ms"] / (s["bench_cpu_ms"] + s["server_cpu_ms"])
     single = f"{s['qps'] / base['single_qps']:.2f}×" if base else ""
+    cpu = f"{s['server_cpu_ms'] / base['single_cpu_ms']:.2f}×" if base else ""
     batched = f"{s['qps'] / base['batched64_qps']:.0%}" if base else ""
     return (
         f"| {conc} | {side} | {n} | {runs} | {s['qps']:.1f} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | "
         f"{s['errors']} | {s['mean_batch']:.1f} | {s['server_cpu_ms']:.3f} | {s['bench_cpu_ms']:.3f} | "
-        f"{share:.0%} | {single} | {batched} | {ratio} |"
+        f"{share:.0%} | {single} | {cpu} | {batched} | {ratio} |"
     )
 
 
@@ -162,7 +163,8 @@ def bench_backend(name: str, args: argparse.Namespace, queries: list[str], basel
         base[side] = in_process_at(root, args, name, int(single_n * s), int(batched_n * s))
         print(
             f"in-process ({side:8s}): one query per call {base[side]['single_qps']:8.1f} q/s, "
-            f"batches of 64 {base[side]['batched64_qps']:8.1f} q/s",
+            f"batches of 64 {base[side]['batched64_qps']:8.1f} q/s, "
+            f"CPU {base[side]['single_cpu_ms']:.2f} ms per single query",
             flush=True,
         )
     runner = run_event_loop

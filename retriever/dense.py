@@ -53,6 +53,8 @@ class EncoderConfig:
 class DenseEncoder:
     """Encodes queries and passages with the configured prefixes, pooling and normalisation."""
 
+    name = "transformers"  # as BackendOptions.query_encoder names it
+
     def __init__(self, config: EncoderConfig, device: str = "cpu") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub at run time
         from sentence_transformers import SentenceTransformer

@@ -54,7 +54,7 @@ class BackendOptions:
     index_load: str = "mmap"  # mmap | ram: how the dense FAISS file is opened (retriever.faiss_io)
     dense_index: str = "base"  # "base", or the name of a compressed index (retriever.compress_index)
     nprobe: int | None = None  # IVF lists searched; None = what compress_index recorded
-    query_encoder: str = "transformers"  # | onnx-int8 | onnx-fp32 (retriever.onnx_encoder)
+    query_encoder: str = "auto"  # | transformers | onnx-int8 | onnx-fp32 (retriever.onnx_encoder)
     encoder_threads: int = 0  # ONNX Runtime intra-op threads; 0 = its default (all cores)
 
 

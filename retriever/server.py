@@ -176,6 +176,7 @@ class RetrieverService:
             "batching": self.batcher.stats.as_dict() if self.batcher else None,
             "worker": self.slot.summary() if self.slot else None,
             "threads": self.threads,
+            "query_encoder": _query_encoder(self.backend),
         }
         if self.load_error:
             body["error"] = self.load_error
@@ -229,6 +230,17 @@ class RetrieverService:
             )
         result = [self.pages.open(it.id, it.title, it.offset, it.length) for it in items]
         return web.json_response({"result": result})
+
+
+def _query_encoder(backend: SearchBackend | None) -> str | None:
+    """The query encoder of ``backend``'s dense part, as ``--query-encoder`` names it; None: none."""
+    if backend is None:
+        return None
+    encoder = getattr(backend, "encoder", None)
+    if encoder is not None:
+        return encoder.name
+    parts = [*getattr(backend, "backends", ()), getattr(backend, "first_stage", None)]  # hybrid, rerank
+    return next((name for part in parts if (name := _query_encoder(part)) is not None), None)
 
 
 async def _json_body(request: web.Request) -> Any:
@@ -312,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hybrid_depth=args.hybrid_depth,
         rerank_model=args.rerank_model,
         rerank_depth=args.rerank_depth,
-        query_encoder=args.query_encoder or "transformers",
+        query_encoder=args.query_encoder,
         encoder_threads=share or 0,
         index_load=args.index_load,
         dense_index=args.dense_index,

@@ -34,11 +34,12 @@ def test_a_row_gives_the_load_generators_share_and_both_in_process_ratios():
         "server_cpu_ms": 3.0,
         "bench_cpu_ms": 1.0,
     }
-    rates = {"single_qps": 125.0, "batched64_qps": 400.0}
+    rates = {"single_qps": 125.0, "batched64_qps": 400.0, "single_cpu_ms": 2.5}
     cells = [c.strip() for c in row(1, "new", 200, summary, rates, "").split("|")]
-    assert cells[12:15] == ["25%", "0.80×", "25%"]  # bench share, vs one query, vs batched
+    # bench share, vs one query, server CPU vs one query's in-process CPU, vs batched
+    assert cells[12:16] == ["25%", "0.80×", "1.20×", "25%"]
     echo = [c.strip() for c in row(1, "echo", 200, summary, None, "").split("|")]
-    assert echo[13:15] == ["", ""]  # no in-process rate for a server that searches nothing
+    assert echo[13:16] == ["", "", ""]  # no in-process rate for a server that searches nothing
 
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)"

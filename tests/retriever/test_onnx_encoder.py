@@ -25,6 +25,7 @@ from retriever.onnx_encoder import (
     QUERY_ENCODERS,
     OnnxQueryEncoder,
     Pooling,
+    choose_query_encoder,
     ensure_exported,
     pool,
     query_encoder_factory,
@@ -52,7 +53,7 @@ def top_ids(backend, questions: list[str], k: int = 5) -> list[list[str]]:
 @pytest.mark.slow  # indexes or serves the shared 34k-passage corpus
 def test_onnx_int8_encoder_returns_the_same_top_k_as_transformers(subset_index) -> None:
     questions = [q["question"] for q in subset_index.questions]
-    ref = open_backend(subset_index.index_dir, "dense")
+    ref = open_backend(subset_index.index_dir, "dense", BackendOptions(query_encoder="transformers"))
     int8 = open_backend(subset_index.index_dir, "dense", BackendOptions(query_encoder="onnx-int8"))
     fp32 = open_backend(subset_index.index_dir, "dense", BackendOptions(query_encoder="onnx-fp32"))
     want, got, got32 = top_ids(ref, questions), top_ids(int8, questions), top_ids(fp32, questions)
@@ -66,6 +67,32 @@ def test_onnx_int8_encoder_returns_the_same_top_k_as_transformers(subset_index) 
     assert np.sum(vec_ref * vec32, axis=1).min() >= 0.9999
     assert np.sum(vec32 * vec8, axis=1).min() >= INT8_COSINE_FLOOR
     assert (subset_index.index_dir / "dense" / "onnx" / "meta.json").is_file()
+    default = open_backend(subset_index.index_dir, "dense")  # auto on this CPU-only machine
+    assert default.encoder.name == "onnx-int8"
+    assert top_ids(default, questions) == got
+
+
+def test_auto_is_onnx_int8_on_the_cpu_and_transformers_where_onnx_cannot_serve(
+    tmp_path: Path, minilm: str
+) -> None:
+    assert choose_query_encoder("auto", EncoderConfig(minilm), "cpu")[0] == "onnx-int8"
+    assert choose_query_encoder("auto", EncoderConfig(minilm), "cuda") == (
+        "transformers",
+        "auto: the encoder runs on cuda, onnx runs on the CPU",
+    )
+    for name in ("transformers", "onnx-int8", "onnx-fp32"):  # an explicit choice is kept, anywhere
+        assert choose_query_encoder(name, EncoderConfig(minilm), "cuda") == (name, "asked for")
+    dense_head = tmp_path / "model"  # a sentence-transformers model with a Dense module after pooling
+    shutil.copytree(minilm, dense_head)
+    modules = json.loads((dense_head / "modules.json").read_text())
+    modules.append(
+        {"idx": len(modules), "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"}
+    )
+    (dense_head / "modules.json").write_text(json.dumps(modules))
+    chosen, why = choose_query_encoder("auto", EncoderConfig(str(dense_head)), "cpu")
+    assert chosen == "transformers" and "Dense module" in why
+    with pytest.raises(ValueError, match="query_encoder: expected one of"):
+        choose_query_encoder("int8", EncoderConfig(minilm), "cpu")
 
 
 def test_the_export_cache_is_reused_and_redone_when_the_model_changes(tmp_path: Path, minilm: str) -> None:
@@ -105,6 +132,7 @@ def test_the_server_cli_takes_every_query_encoder_and_refuses_others(capsys) -> 
 
     for name in QUERY_ENCODERS:
         assert parse_args(["--index", "x", "--query-encoder", name]).query_encoder == name
+    assert parse_args(["--index", "x"]).query_encoder == BackendOptions().query_encoder == "auto"
     with pytest.raises(SystemExit):
         parse_args(["--index", "x", "--query-encoder", "int8"])
     assert "--query-encoder" in capsys.readouterr().err
@@ -122,6 +150,9 @@ def test_the_server_answers_with_the_onnx_int8_encoder(subset_index, make_server
         served = [d["id"] for d in json.loads(resp.read())["result"][0]]
     local = open_backend(subset_index.index_dir, "dense", BackendOptions(query_encoder="onnx-int8"))
     assert served == [h.doc_id for h in local.search([question], 3)[0]]
+    assert server.health()["query_encoder"] == "onnx-int8"
+    reference = make_server(subset_index.index_dir, "--backend", "hybrid", "--query-encoder", "transformers")
+    assert reference.health()["query_encoder"] == "transformers"  # found inside the hybrid backend
 
 
 def test_model_pooling_is_read_from_the_sentence_transformers_modules(tmp_path: Path, minilm: str) -> None:
