@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Sequence
 
 from retriever.config import ServerConfig
+from retriever.threads import available_cores
+from retriever.workers import MAX_AUTO_WORKERS, auto_workers
 
 
 def parse_args(argv: Sequence[str] | None = None, description: str | None = None) -> argparse.Namespace:
@@ -43,9 +45,10 @@ def parse_args(argv: Sequence[str] | None = None, description: str | None = None
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     p.add_argument(
         "--workers",
-        type=int,
-        default=defaults.workers,
-        help="server processes sharing the port (SO_REUSEPORT), each with its share of the cores",
+        type=_workers,
+        default="auto",
+        help="server processes sharing the port (SO_REUSEPORT), each with its share of the cores; "
+        f"auto (the default): one per available core, at most {MAX_AUTO_WORKERS}, one with --port 0",
     )
     p.add_argument("--batch-wait-ms", type=float, default=defaults.batch_wait_ms)
     p.add_argument("--shutdown-timeout-s", type=float, default=defaults.shutdown_timeout_s)
@@ -81,4 +84,20 @@ def parse_args(argv: Sequence[str] | None = None, description: str | None = None
         default="auto",
         help="auto: onnx-int8 for a local model on the CPU, else transformers (the reference)",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.workers == "auto":  # decided here, once: the config and the thread shares take the count
+        args.workers = auto_workers(available_cores(), args.port)
+    return args
+
+
+def _workers(text: str) -> int | str:
+    """``--workers``: ``auto`` or a positive integer."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1, got {text!r}")
+    return value

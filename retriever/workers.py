@@ -27,6 +27,19 @@ from typing import Any
 
 from retriever.process import die_with_parent
 
+# ``--workers auto`` stops here on a large machine: each dense worker holds its own query encoder
+# and interpreter (~175 MB PSS measured with MiniLM int8), and the retriever usually shares the
+# machine with a trainer. Measured only up to 2 cores (docs/retrieval.md, "Serving across cores").
+MAX_AUTO_WORKERS = 8
+
+
+def auto_workers(cores: int, port: int) -> int:
+    """The worker count ``--workers auto`` stands for: one per core this server may run on, at most
+    ``MAX_AUTO_WORKERS``, and one when ``port`` is 0 (workers share a port known in advance)."""
+    if cores < 1:
+        raise ValueError(f"cores: expected >= 1, got {cores}")
+    return 1 if port == 0 else min(cores, MAX_AUTO_WORKERS)
+
 
 @dataclass
 class WorkerSlot:

@@ -30,11 +30,12 @@ SEED = 1234
 
 def server_process(index_dir: Path, log_path: Path, extra_args: tuple[str, ...] = ()) -> RetrieverProcess:
     """A real ``python -m retriever.server`` subprocess on a free port, logging its
-    access log as JSON lines beside ``log_path``."""
+    access log as JSON lines beside ``log_path``. One worker unless ``extra_args`` say otherwise:
+    these tests read one process's batching stats and cache through ``/health``."""
     return RetrieverProcess(
         index_dir,
         log_path=log_path,
-        extra_args=extra_args,
+        extra_args=("--workers", "1", *extra_args),
         access_log=str(log_path.with_suffix(".access.jsonl")),
     )
 

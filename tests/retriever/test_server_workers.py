@@ -15,6 +15,9 @@ import pytest
 
 from retriever.config import ServerConfig
 from retriever.process import RetrieverProcess
+from retriever.server_args import parse_args
+from retriever.threads import available_cores
+from retriever.workers import MAX_AUTO_WORKERS, auto_workers
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,6 +83,31 @@ def test_one_worker_serves_alone_with_the_quiet_thread_policy(bm25_server):
     body = bm25_server.health()
     assert body["worker"] is None
     assert body["threads"] == {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
+
+
+def test_by_default_a_server_runs_one_worker_per_available_core(bm25_index, tmp_path):
+    with RetrieverProcess(bm25_index, log_path=tmp_path / "server.log") as server:  # no --workers
+        body = server.health()
+    want = auto_workers(available_cores(), server.port)
+    assert want == min(available_cores(), MAX_AUTO_WORKERS)
+    assert (body["worker"] or {"count": 1})["count"] == want
+
+
+def test_auto_workers_is_one_per_core_up_to_the_cap_and_one_on_port_zero():
+    assert [auto_workers(cores, 8000) for cores in (1, 2, 7, 64)] == [1, 2, 7, MAX_AUTO_WORKERS]
+    assert auto_workers(16, 0) == 1  # each worker would pick a port of its own
+    with pytest.raises(ValueError, match="cores: expected >= 1"):
+        auto_workers(0, 8000)
+    assert parse_args(["--index", "x", "--port", "0"]).workers == 1
+    assert parse_args(["--index", "x", "--workers", "3"]).workers == 3
+
+
+def test_a_bad_workers_value_is_refused_naming_the_flag(capsys):
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(SystemExit):
+            parse_args(["--index", "x", "--workers", bad])
+        err = capsys.readouterr().err
+        assert "--workers" in err and "expected 'auto' or an integer >= 1" in err
 
 
 def test_several_workers_on_port_zero_are_refused_naming_the_port():
