@@ -24,7 +24,7 @@ answered on the event loop, with no queue.
 Before it loads anything the server sets its own thread policy (``retriever.threads``: OpenMP
 pools that sleep between requests, so one client does not pay for spinning threads), and with
 ``--workers N`` it forks N such processes on one port, each with its share of the cores
-(``retriever.workers``).
+(``retriever.workers``; the default, ``auto``, is one per available core).
 """
 
 from __future__ import annotations
