@@ -47,6 +47,10 @@ LEVERS: dict[str, tuple[str, dict[str, Any]]] = {
         {"world": {"arithmetic_practice": 3}, "sft_arithmetic": 10_000, "sft_skill_steps": 900},
     ),
     "layers3": ("3 layers instead of 2", {"layers": 3}),
+    "restate": (
+        "each age restated as its passage's own sentence before calculate ('Rildam is 53 years old.')",
+        {"sft_restate_ages": True},
+    ),
 }
 _CALL = re.compile(r'"expression":\s*"\s*(-?\d+)\s*-\s*(-?\d+)\s*"')
 
@@ -105,7 +109,9 @@ def measure_lever(name: str, run_dir: Path, seed: int, skill_only: bool) -> dict
     profile = lever_profile(TWO_TOOL, changes)
     if skill_only:
         profile = replace(profile, sft_habit_steps=0)
-    dialect = dialect_of(profile.tool_format, profile.calculator, profile.sft_parallel_searches)
+    dialect = dialect_of(
+        profile.tool_format, profile.calculator, profile.sft_parallel_searches, profile.sft_restate_ages
+    )
     run_dir = prepare(run_dir)
     world, files = make_world(run_dir, profile, seed, dialect)
     model_dir = build_model(world, profile, run_dir, seed, dialect)

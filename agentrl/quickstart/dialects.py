@@ -29,6 +29,7 @@ from agentrl.data.world import (
     hermes_oracle_trajectory,
     oracle_trajectory,
 )
+from agentrl.data.world.numbers import age_statement
 from agentrl.tool_identity import HERMES as HERMES_FORMAT
 from agentrl.tool_identity import TAGS as TAGS_FORMAT
 from agentrl.tool_identity import FormatTraits
@@ -58,6 +59,7 @@ class Dialect:
     format: ClassVar[FormatTraits]
     calculator: bool = False
     parallel_searches: bool = True  # hermes: an arithmetic oracle's two searches in one turn
+    restate_ages: bool = False  # hermes: an age is restated as its passage's sentence (numbers.age_statement)
 
     @property
     def tool_call_tokens(self) -> bool:
@@ -144,6 +146,7 @@ class HermesDialect(Dialect):
             calculate=CALCULATE,
             end_of_turn=end_of_turn,
             parallel_searches=self.parallel_searches,
+            restate=age_statement if self.restate_ages else None,
         )
 
     def guess(self, question: Question, guess: str, end_of_turn: str) -> list[Turn]:
@@ -157,7 +160,9 @@ TAGS = TagsDialect()
 DIALECTS: dict[str, type[Dialect]] = {cls.format.name: cls for cls in (TagsDialect, HermesDialect)}
 
 
-def dialect_of(tool_format: str, calculator: bool, parallel_searches: bool = True) -> Dialect:
+def dialect_of(
+    tool_format: str, calculator: bool, parallel_searches: bool = True, restate_ages: bool = False
+) -> Dialect:
     """The dialect a profile names; the calculator only in hermes (the tags oracle never calls it)."""
     if tool_format not in DIALECTS:
         raise ValueError(
@@ -165,7 +170,7 @@ def dialect_of(tool_format: str, calculator: bool, parallel_searches: bool = Tru
         )
     if calculator and DIALECTS[tool_format] is TagsDialect:
         raise ValueError("a quickstart profile's calculator needs tool_format: hermes")
-    return DIALECTS[tool_format](calculator, parallel_searches)
+    return DIALECTS[tool_format](calculator, parallel_searches, restate_ages)
 
 
 @functools.lru_cache(maxsize=2)  # one per tool set: building it trains a throwaway tokenizer

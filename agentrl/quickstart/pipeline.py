@@ -72,7 +72,9 @@ def run_quickstart(
     from agentrl.config import load_config
     from retriever.process import RetrieverProcess
 
-    dialect = dialect_of(profile.tool_format, profile.calculator, profile.sft_parallel_searches)
+    dialect = dialect_of(
+        profile.tool_format, profile.calculator, profile.sft_parallel_searches, profile.sft_restate_ages
+    )
     run = _Run(prepare(out_dir), profile, seed, dialect, PhaseRunner(PHASES))
     built = _build(run)
     server = RetrieverProcess(built.index_dir, log_path=run.out / "retriever.log")

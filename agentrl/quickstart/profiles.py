@@ -65,6 +65,9 @@ class Profile:
     # hermes: an arithmetic demonstration makes its two searches in one turn (parallel calls), or
     # one a turn, so that each age is read with one passage in view
     sft_parallel_searches: bool = True
+    # hermes: an arithmetic demonstration restates each age as its passage's own sentence
+    # ("Rildam is 53 years old."), not as "The age of Bolfar Rildam is 53."
+    sft_restate_ages: bool = False
 
 
 # Fields added after the first profiles: left out of report.json at their defaults, so the
@@ -74,6 +77,7 @@ LATER_FIELDS: dict[str, Any] = {
     "calculator": False,
     "sft_arithmetic": 0,
     "sft_parallel_searches": True,
+    "sft_restate_ages": False,
 }
 
 

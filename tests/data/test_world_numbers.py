@@ -18,6 +18,7 @@ from agentrl.data.world import (
     oracle_trajectory,
     write_world,
 )
+from agentrl.data.world.numbers import age_statement
 from agentrl.data.world.oracle import finding
 from agentrl.tools.calculator import evaluate, format_number
 
@@ -168,3 +169,24 @@ def test_hermes_turns_make_the_oracle_calls_as_json_and_end_at_the_end_of_turn(w
     assert [t.text for t in shortcut] == [
         f"<think> I already know the answer: {q.subject}. </think>\n<answer> {q.subject} </answer>{EOS}"
     ]
+
+
+def test_an_age_is_restated_as_its_passages_own_sentence_and_other_findings_stay(worlds) -> None:
+    _, world = worlds
+    contents = {p["id"]: p["contents"] for p in world.passages}
+    arithmetic = [q for q in world.train_questions if q.kind == "arithmetic"]
+    templates = {q.template for q in arithmetic}
+    assert templates == {"founding_gap", "birth_gap"}, templates  # both kinds of age are checked
+    for q in arithmetic:
+        for step in q.chain:
+            said = age_statement(step)
+            assert said is not None and f" {step.answer} years" in said
+            assert said in contents[step.passage_id], (said, step.passage_id)
+        turns = hermes_oracle_trajectory(q, end_of_turn=EOS, restate=age_statement)
+        restated = " ".join(age_statement(step) for step in q.chain)
+        assert turns[1].text.startswith(f"<think> {restated} Now I need to compute {q.calculation}.")
+        plain = hermes_oracle_trajectory(q, end_of_turn=EOS)
+        assert [t.text for t in turns[::2]] == [t.text for t in plain[::2]]  # only the findings differ
+    hop = next(q for q in world.train_questions if q.kind == "2hop")
+    assert all(age_statement(step) is None for step in hop.chain)
+    assert hermes_oracle_trajectory(hop, restate=age_statement) == hermes_oracle_trajectory(hop)

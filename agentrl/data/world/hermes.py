@@ -21,10 +21,11 @@ format a turn ends at the template's end-of-turn token, which the policy writes)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from .oracle import Turn, finding
-from .questions import Question
+from .questions import ChainStep, Question
 
 __all__ = ["hermes_call", "hermes_guess_trajectory", "hermes_oracle_trajectory"]
 
@@ -50,6 +51,7 @@ def hermes_oracle_trajectory(
     calculate: tuple[str, str] = ("calculate", "expression"),
     end_of_turn: str = "",
     parallel_searches: bool = True,
+    restate: Callable[[ChainStep], str | None] | None = None,
 ) -> list[Turn]:
     """The ideal response as hermes turns; ``search`` / ``calculate``: each tool's (name, argument).
 
@@ -58,10 +60,12 @@ def hermes_oracle_trajectory(
     turn (one a turn without ``parallel_searches``), ``calculate`` on the chain's answers in the
     next, then the answer. Each search asks for
     the step's ``need`` (module docstring). A turn's ``query`` holds its calls (set: the
-    environment answers the turn).
+    environment answers the turn). ``restate``: how a step's finding is said where it is not
+    :func:`.oracle.finding`'s "The age of X is N." (e.g. ``numbers.age_statement``: the passage's
+    own sentence); a step it returns None for keeps the finding.
     """
     answer = question.golden_answers[0]
-    known = [finding(step) for step in question.chain]
+    known = [(restate(step) if restate else None) or finding(step) for step in question.chain]
     turns = []
     if question.calculation is None or not parallel_searches:
         for i, step in enumerate(question.chain):

@@ -26,6 +26,7 @@ __all__ = [
     "ARITHMETIC_TEMPLATES",
     "ArithmeticFields",
     "add_ages",
+    "age_statement",
     "company_age_sentences",
     "make_arithmetic_questions",
     "make_practice_arithmetic_questions",
@@ -67,9 +68,28 @@ def person_age_sentences(p: Entity) -> list[str]:
     return [f"{p['last']} is {p['age']} years old."] if "age" in p else []
 
 
+_PERSON_NEED = "the age of "  # + the person's full name (_person_age_step)
+_COMPANY_NEED = ("how many years ago ", " was founded")  # around the company's name (_company_age_step)
+
+
+def age_statement(step: ChainStep) -> str | None:
+    """The passage's own sentence for an age step, with its answer: "Rildam is 53 years old."
+    (a person's passage names them by their last name), "Shamquex was founded 47 years ago.";
+    None for a step that reads no age. Restated by a demonstration, the age follows the same
+    words it follows in the passage, so reading it back is a copy of what came after them."""
+    if step.need.startswith(_PERSON_NEED):
+        last = step.need[len(_PERSON_NEED) :].split()[-1]
+        return person_age_sentences({"last": last, "age": step.answer})[0]
+    opening, closing = _COMPANY_NEED
+    if step.need.startswith(opening) and step.need.endswith(closing):
+        name = step.need[len(opening) : -len(closing)]
+        return company_age_sentences({"name": name, "founded_years_ago": step.answer})[0]
+    return None
+
+
 def _company_age_step(co: Entity) -> ChainStep:
     return ChainStep(
-        f"how many years ago {co['name']} was founded",
+        f"{_COMPANY_NEED[0]}{co['name']}{_COMPANY_NEED[1]}",
         f"{co['name']} founded years ago",
         co["passage_id"],
         co["founded_years_ago"],
@@ -77,7 +97,7 @@ def _company_age_step(co: Entity) -> ChainStep:
 
 
 def _person_age_step(p: Entity) -> ChainStep:
-    return ChainStep(f"the age of {p['name']}", f"{p['name']} age", p["passage_id"], p["age"])
+    return ChainStep(f"{_PERSON_NEED}{p['name']}", f"{p['name']} age", p["passage_id"], p["age"])
 
 
 def _partner(
