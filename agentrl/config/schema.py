@@ -230,6 +230,8 @@ class TurnRewardConfig:
     search_hit: float = 0.0  # each turn whose search results contain a gold answer
     search_tools: list[str] = field(default_factory=lambda: ["search"])  # tools that count as searches
     malformed_call: float = 0.0  # per malformed call of a turn (negative: a penalty)
+    calculation_hit: float = 0.0  # each turn whose calculation came back equal to a gold answer
+    calculation_tools: list[str] = field(default_factory=lambda: ["calculate"])  # tools that calculate
 
 
 @dataclass

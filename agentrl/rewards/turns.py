@@ -1,4 +1,4 @@
-"""Rule rewards for single turns: a search that finds a gold answer, a malformed call.
+"""Rule rewards for single turns: a search or a calculation that yields a gold answer, a malformed call.
 
 ``reward.turn`` (``TurnRewardConfig``) sets them; each turn's reward sits on that turn's last
 sampled token, beside the outcome on the trajectory's last (``workers/reward.py`` places them).
@@ -10,6 +10,10 @@ sampled token, beside the outcome on the trajectory's last (``workers/reward.py`
   counts. More searches can earn more; ``max_turns`` bounds them, and the group estimators
   compare each turn with the same turn of the group's other samples, so a search pays only
   where others at that turn did worse.
+* ``calculation_hit``: earned by each turn whose call to a calculating tool
+  (``calculation_tools``, by name) came back ``ok`` with a result that is a gold answer by exact
+  match after normalisation (``exact_match``, the outcome's rule), once a turn: the turn that
+  did the arithmetic is credited for it, not only the answer that copies its result.
 * ``malformed_call``: added once per call of the turn that was malformed (status
   ``invalid/<reason>``); a negative value penalises it.
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentrl.rewards.match import gold_in_documents
+from agentrl.rewards.match import exact_match, gold_in_documents
 from agentrl.rewards.scorers import golds_from_ground_truth
 
 CallRow = tuple[int, Any, str, str]  # (turn, tool name, status, message): the batch's ``calls``
@@ -36,15 +40,17 @@ def rule_turn_rewards(
     search_hit: float,
     search_tools: Sequence[str],
     malformed_call: float,
+    calculation_hit: float = 0.0,
+    calculation_tools: Sequence[str] = ("calculate",),
 ) -> list[float]:
     """The rule reward of each of ``num_turns`` turns (module docstring)."""
     rewards = [0.0] * num_turns
+    golds = golds_from_ground_truth(ground_truth) if search_hit or calculation_hit else []
     if malformed_call:
         for turn, _, status, _ in calls:
             if status.startswith("invalid/") and turn < num_turns:
                 rewards[turn] += malformed_call
     if search_hit:
-        golds = golds_from_ground_truth(ground_truth)
         hits = {
             turn
             for turn, name, status, message in calls
@@ -55,4 +61,15 @@ def rule_turn_rewards(
         }
         for turn in hits:
             rewards[turn] += search_hit
+    if calculation_hit:
+        right = {
+            turn
+            for turn, name, status, message in calls
+            if status == "ok"
+            and name in calculation_tools
+            and turn < num_turns
+            and exact_match(message, golds)
+        }
+        for turn in right:
+            rewards[turn] += calculation_hit
     return rewards

@@ -109,7 +109,7 @@ def turn_scores(batch: Batch, reward: RewardConfig) -> tuple[torch.Tensor, dict[
     rows = zip(*(batch[name] for name in fields), strict=True)
     for i, (tools, calls, ground_truth, turns, ends) in enumerate(rows):
         per_turn = list(tools)
-        if rules.search_hit or rules.malformed_call:
+        if rules.search_hit or rules.malformed_call or rules.calculation_hit:
             rule = rule_turn_rewards(
                 calls,
                 len(per_turn),
@@ -117,6 +117,8 @@ def turn_scores(batch: Batch, reward: RewardConfig) -> tuple[torch.Tensor, dict[
                 search_hit=rules.search_hit,
                 search_tools=rules.search_tools,
                 malformed_call=rules.malformed_call,
+                calculation_hit=rules.calculation_hit,
+                calculation_tools=rules.calculation_tools,
             )
             per_turn = [a + b for a, b in zip(per_turn, rule, strict=True)]
         for turn, end in zip(turns, ends, strict=True):
