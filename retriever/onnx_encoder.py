@@ -334,7 +334,7 @@ def choose_query_encoder(name: str, config: EncoderConfig, device: str) -> tuple
         resolve_pooling(config)
     except ValueError as exc:
         return "transformers", f"auto: {exc}"
-    return "onnx-int8", "auto: a local model on the CPU"
+    return "onnx-int8", "auto: the encoder runs on the CPU"
 
 
 def query_encoder_factory(

@@ -82,7 +82,7 @@ def parse_args(argv: Sequence[str] | None = None, description: str | None = None
         "--query-encoder",
         choices=["auto", "transformers", "onnx-int8", "onnx-fp32"],
         default="auto",
-        help="auto: onnx-int8 for a local model on the CPU, else transformers (the reference)",
+        help="auto: onnx-int8 on the CPU, transformers (the reference) on a GPU or for pooling onnx lacks",
     )
     args = p.parse_args(argv)
     if args.workers == "auto":  # decided here, once: the config and the thread shares take the count

@@ -29,7 +29,8 @@ from retriever.process import die_with_parent
 
 # ``--workers auto`` stops here on a large machine: each dense worker holds its own query encoder
 # and interpreter (~175 MB PSS measured with MiniLM int8), and the retriever usually shares the
-# machine with a trainer. Measured only up to 2 cores (docs/retrieval.md, "Serving across cores").
+# machine with a trainer. Measured only up to 2 cores (docs/retrieval.md, "The defaults at one
+# client and across cores").
 MAX_AUTO_WORKERS = 8
 
 
