@@ -23,7 +23,7 @@ these as they are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentrl.rewards.match import exact_match, gold_in_documents
@@ -51,25 +51,22 @@ def rule_turn_rewards(
             if status.startswith("invalid/") and turn < num_turns:
                 rewards[turn] += malformed_call
     if search_hit:
-        hits = {
-            turn
-            for turn, name, status, message in calls
-            if status == "ok"
-            and name in search_tools
-            and turn < num_turns
-            and gold_in_documents([message], golds)
-        }
-        for turn in hits:
+        found = _turns_whose_call(calls, num_turns, search_tools, lambda m: gold_in_documents([m], golds))
+        for turn in found:
             rewards[turn] += search_hit
     if calculation_hit:
-        right = {
-            turn
-            for turn, name, status, message in calls
-            if status == "ok"
-            and name in calculation_tools
-            and turn < num_turns
-            and exact_match(message, golds)
-        }
+        right = _turns_whose_call(calls, num_turns, calculation_tools, lambda m: exact_match(m, golds))
         for turn in right:
             rewards[turn] += calculation_hit
     return rewards
+
+
+def _turns_whose_call(
+    calls: Sequence[CallRow], num_turns: int, tools: Sequence[str], earns: Callable[[str], Any]
+) -> set[int]:
+    """The turns (below ``num_turns``) with an ``ok`` call to one of ``tools`` whose text ``earns``."""
+    return {
+        turn
+        for turn, name, status, message in calls
+        if status == "ok" and name in tools and turn < num_turns and earns(message)
+    }
