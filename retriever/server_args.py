@@ -78,7 +78,7 @@ def parse_args(argv: Sequence[str] | None = None, description: str | None = None
     g.add_argument("--hybrid-depth", type=int, default=50, help="candidates per backend before fusion")
     g.add_argument("--rerank-model", default=None, help="local cross-encoder dir; enables reranking")
     g.add_argument("--rerank-depth", type=int, default=20)
-    g.add_argument(  # the names of onnx_encoder.QUERY_ENCODERS, which imports torch: too early here
+    g.add_argument(  # the names of onnx_encoder.QUERY_ENCODERS, which imports faiss: too early here
         "--query-encoder",
         choices=["auto", "transformers", "onnx-int8", "onnx-fp32"],
         default="auto",
