@@ -1,12 +1,13 @@
 """Rollouts drawn ahead on a rollout worker against synchronous training, under a slow search tool.
 
-    python -m benchmarks.async_rollout [--out runs/bench_async] [--seeds 0 1 2] [--latency-s 1.0]
+    python -m benchmarks.async_rollout [--out runs/bench_async] [--seeds 0 1 2] [--latency-s 1.0 0.3]
         [--modes sync ahead2 ahead4 groups2 groups4] [--target-em 0.55] [--short] [--plot PNG]
 
 For each seed: the quickstart's world, index, tiny model and SFT warm start once
-(``common/quickstart_phases.py``), then its PPO phase from that SFT model once per mode, every
-search first waiting a seeded lognormal delay around ``--latency-s`` (sigma 0.5; the same delay
-for the same query in every mode: ``common/slow_search.py``), a remote retriever's or a web API's:
+(``common/quickstart_phases.py``), then its PPO phase from that SFT model once per mode and
+latency, every search first waiting a seeded lognormal delay around each ``--latency-s`` (sigma
+0.5; the same delay for the same query in every mode: ``common/slow_search.py``), a remote
+retriever's or a web API's:
 
 * ``sync``: the synchronous trainer (the actor generates, then the roles train, one after
   another), two torch threads per worker: both cores for whichever runs;
@@ -19,13 +20,15 @@ for the same query in every mode: ``common/slow_search.py``), a remote retriever
 Figures per run: the wall time of ``fit()`` at each validation (``training/elapsed_s``; greedy, on
 the held-out questions, every ``trainer.test_freq`` steps) and its EM, the first wall time at which
 validation EM reaches ``--target-em`` (the acceptance: ``aheadK`` in at most 0.67x the ``sync``
-time of the same seed), the whole phase's wall time and the last EM, and where a step's time
+time of the same seed and latency), the whole phase's wall time and the last EM, and where a step's time
 goes (medians over the steps after the first): ``wait`` is the driver's wait for the step's
 rollout (``timing_s/gen`` when it generates, ``timing_s/gen_wait`` for one drawn ahead),
 ``train`` the roles' passes after it (old log-probs, reference, values, both updates). Each run's
 figures are kept in ``<out>/seed<S>/<mode>_<latency>.json``; a run already measured is not run
 again, so an interrupted benchmark resumes (the shared phases are rebuilt: deterministic for a seed).
-``--plot`` draws validation EM against wall time, one colour per mode, one line style per seed.
+The report ends with each mode's ratios over the seeds (their mean and their worst).
+``--plot`` draws validation EM against wall time, one panel per latency, one colour per mode, one
+line style per seed.
 """
 
 from __future__ import annotations
@@ -119,26 +122,47 @@ def with_split(figures: dict, out: Path) -> dict:
 
 
 def report(results: list[dict], target: float) -> None:
-    """One row per run; the ratios are against the same seed's ``sync`` run."""
+    """One row per run, then each mode's ratios over the seeds; every ratio is against the ``sync``
+    run of the same seed and latency."""
     to_target = f"s to EM {target:g}"
-    header = f"{'seed':>4} {'mode':<7} {to_target:>12} {'ratio':>6} {'phase s':>8} {'ratio':>6} {'s/step':>7}"
-    print(f"\n{header} {'wait s':>7} {'train s':>7} {'last EM':>8}")
-    for seed in sorted({r["seed"] for r in results}):
-        runs = {r["mode"]: r for r in results if r["seed"] == seed}
-        base = runs.get("sync", {})
-        for mode, r in runs.items():
-            t, t0 = r["seconds_to_target"], base.get("seconds_to_target")
-            ratio = f"{t / t0:.2f}" if t is not None and t0 else "-"
-            phase_ratio = f"{r['phase_s'] / base['phase_s']:.2f}" if base else "-"
-            shown = f"{t:.0f}" if t is not None else "never"
-            print(
-                f"{seed:>4} {mode:<7} {shown:>12} {ratio:>6} {r['phase_s']:>8.0f} {phase_ratio:>6} "
-                f"{r['step_s_median']:>7.2f} {r['wait_s_median']:>7.2f} {r['train_s_median']:>7.2f} "
-                f"{r['last_val_em']:>8.3f}"
-            )
+    header = f"{'lat s':>5} {'seed':>4} {'mode':<7} {to_target:>12} {'ratio':>6} {'phase s':>8} {'ratio':>6}"
+    print(f"\n{header} {'s/step':>7} {'wait s':>7} {'train s':>7} {'last EM':>8}")
+    ratios: dict[tuple[float, str], list[tuple[float | None, float]]] = {}
+    for latency in sorted({r["latency_s"] for r in results}, reverse=True):
+        for seed in sorted({r["seed"] for r in results}):
+            runs = {r["mode"]: r for r in results if r["seed"] == seed and r["latency_s"] == latency}
+            base = runs.get("sync", {})
+            for mode, r in runs.items():
+                t, t0 = r["seconds_to_target"], base.get("seconds_to_target")
+                ratio = t / t0 if t is not None and t0 else None
+                phase_ratio = r["phase_s"] / base["phase_s"] if base else None
+                if mode != "sync" and phase_ratio is not None:
+                    ratios.setdefault((latency, mode), []).append((ratio, phase_ratio))
+                shown = f"{t:.0f}" if t is not None else "never"
+                print(
+                    f"{latency:>5g} {seed:>4} {mode:<7} {shown:>12} {_shown(ratio):>6} {r['phase_s']:>8.0f} "
+                    f"{_shown(phase_ratio):>6} {r['step_s_median']:>7.2f} {r['wait_s_median']:>7.2f} "
+                    f"{r['train_s_median']:>7.2f} {r['last_val_em']:>8.3f}"
+                )
+    summary = f"{'to EM: mean':>11} {'worst':>6} {'phase: mean':>11} {'worst':>6}"
+    print(f"\n{'lat s':>5} {'mode':<7} {'seeds':>5} {summary}")
+    for (latency, mode), pairs in ratios.items():
+        to = [a for a, _ in pairs if a is not None]
+        phase = [b for _, b in pairs]
+        # a seed that never reached the target makes the worst "never"
+        worst_to = max(to) if len(to) == len(pairs) else None
+        print(
+            f"{latency:>5g} {mode:<7} {len(pairs):>5} {_shown(statistics.mean(to) if to else None):>11} "
+            f"{_shown(worst_to):>6} {statistics.mean(phase):>11.2f} {max(phase):>6.2f}"
+        )
+
+
+def _shown(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
 
 
 def plot(results: list[dict], path: Path) -> None:
+    """Validation EM by wall time: one panel per latency, one colour per mode, one style per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,17 +171,20 @@ def plot(results: list[dict], path: Path) -> None:
     colours = {"sync": "tab:gray", "ahead2": "tab:blue", "ahead4": "tab:orange", "groups2": "tab:green"}
     colours["groups4"] = "tab:red"
     styles = ["-", "--", ":"]
-    fig, ax = plt.subplots(figsize=(7, 4))
+    latencies = sorted({r["latency_s"] for r in results}, reverse=True)
     seeds = sorted({r["seed"] for r in results})
-    for r in results:
-        times, ems = zip(*r["curve"], strict=True) if r["curve"] else ((), ())
-        label = f"{r['mode']}, seed {r['seed']}"
-        ax.plot(times, ems, styles[seeds.index(r["seed"]) % 3], color=colours.get(r["mode"]), label=label)
-    ax.axhline(results[0]["target_em"], color="black", linewidth=0.5)
-    ax.set_xlabel("wall time of training (s)")
-    ax.set_ylabel("held-out validation EM (greedy)")
-    ax.set_title(f"PPO on the quickstart world, search latency {results[0]['latency_s']:g} s (median)")
-    ax.legend(fontsize=7, ncol=2)
+    fig, axes = plt.subplots(1, len(latencies), figsize=(7 * len(latencies), 4.5), sharey=True, squeeze=False)
+    for ax, latency in zip(axes[0], latencies, strict=True):
+        for r in (r for r in results if r["latency_s"] == latency):
+            times, ems = zip(*r["curve"], strict=True) if r["curve"] else ((), ())
+            label = f"{r['mode']}, seed {r['seed']}"
+            ax.plot(times, ems, styles[seeds.index(r["seed"]) % 3], color=colours.get(r["mode"]), label=label)
+        ax.axhline(results[0]["target_em"], color="black", linewidth=0.5)
+        ax.set_xlabel("wall time of training (s)")
+        ax.set_title(f"search latency {latency:g} s (median)")
+        ax.legend(fontsize=7, ncol=2)
+    axes[0][0].set_ylabel("held-out validation EM (greedy)")
+    fig.suptitle("PPO on the quickstart world: drawn ahead against synchronous")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -166,7 +193,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="runs/bench_async")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--latency-s", type=float, default=1.0)
+    parser.add_argument("--latency-s", type=float, nargs="+", default=[1.0])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--target-em", type=float, default=0.55)
     parser.add_argument("--short", action="store_true", help="the quickstart's short profile (a smoke run)")
@@ -176,17 +203,18 @@ def main() -> None:
     for seed in args.seeds:
         out = Path(args.out) / f"seed{seed}"
         out.mkdir(parents=True, exist_ok=True)
-        path = {m: out / f"{m}_{args.latency_s:g}.json" for m in args.modes}
-        todo = [m for m in args.modes if not path[m].exists()]
+        runs = [(lat, m) for lat in args.latency_s for m in args.modes]
+        path = {(lat, m): out / f"{m}_{lat:g}.json" for lat, m in runs}
+        todo = [run for run in runs if not path[run].exists()]
         if todo:
             shared, server = build_shared(out, args.short, seed)
             try:
-                for mode in todo:
-                    figures = measure(mode, args.latency_s, shared, out, seed, args.target_em)
-                    path[mode].write_text(json.dumps(figures, indent=2))
+                for latency, mode in todo:
+                    figures = measure(mode, latency, shared, out, seed, args.target_em)
+                    path[latency, mode].write_text(json.dumps(figures, indent=2))
             finally:
                 server.stop()
-        results += [with_split(json.loads(path[m].read_text()), out) for m in args.modes]
+        results += [with_split(json.loads(path[run].read_text()), out) for run in runs]
     report(results, args.target_em)
     if args.plot is not None:
         plot(results, args.plot)
