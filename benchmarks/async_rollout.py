@@ -20,15 +20,17 @@ retriever's or a web API's:
 Figures per run: the wall time of ``fit()`` at each validation (``training/elapsed_s``; greedy, on
 the held-out questions, every ``trainer.test_freq`` steps) and its EM, the first wall time at which
 validation EM reaches ``--target-em`` (the acceptance: ``aheadK`` in at most 0.67x the ``sync``
-time of the same seed and latency), the whole phase's wall time and the last EM, and where a step's time
-goes (medians over the steps after the first): ``wait`` is the driver's wait for the step's
+time of the same seed and latency), the same by training time (``timing_s/step`` summed, the
+validations' own time left out in both modes: drawn ahead, a validation runs on the rollout
+worker's one core while the update waits), the whole phase's wall time and the last EM, and where
+a step's time goes (medians over the steps after the first): ``wait`` is the driver's wait for the step's
 rollout (``timing_s/gen`` when it generates, ``timing_s/gen_wait`` for one drawn ahead),
 ``train`` the roles' passes after it (old log-probs, reference, values, both updates). Each run's
 figures are kept in ``<out>/seed<S>/<mode>_<latency>.json``; a run already measured is not run
 again, so an interrupted benchmark resumes (the shared phases are rebuilt: deterministic for a seed).
 The report ends with each mode's ratios over the seeds (their mean and their worst).
-``--plot`` draws validation EM against wall time, one panel per latency, one colour per mode, one
-line style per seed.
+``--plot`` draws validation EM against wall time (top) and training time (bottom), one column per
+latency, one colour per mode, one line style per seed.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def measure(mode: str, latency_s: float, shared: dict, out: Path, seed: int, tar
         "bound_waits": sum(r.get("rollout_buffer/bound_waits", 0.0) for r in rows),
         "draws_in_batch_mean": statistics.mean(r.get("rollout_buffer/draws_in_batch", 1.0) for r in rows),
         **step_split(rows),
+        **by_training_time(rows, target),
     }
 
 
@@ -112,49 +115,93 @@ def step_split(rows: list[dict]) -> dict:
     }
 
 
+def by_training_time(rows: list[dict], target: float) -> dict:
+    """The validation curve against training time (the ``timing_s/step`` summed up to each
+    validation: ``recipes.curves.minutes_series``, the validations' own time left out, in both
+    modes) and the first training time at which EM reaches ``target``."""
+    from agentrl.recipes.curves import minutes_series
+
+    minutes, ems = minutes_series(rows, "val/all/em")
+    curve = [(60 * m, em) for m, em in zip(minutes, ems, strict=True)]
+    reached = next((t for t, em in curve if em >= target), None)
+    return {"curve_train": curve, "seconds_to_target_train": reached}
+
+
 def with_split(figures: dict, out: Path) -> dict:
-    """A run's figures with its step split, read from its metrics when its record predates it."""
-    if "wait_s_median" not in figures:
+    """A run's figures with its step split and its curve by training time, read from its metrics
+    when its record predates them."""
+    if "wait_s_median" not in figures or "curve_train" not in figures:
         run_dir = run_dir_of(out, figures["mode"], figures["latency_s"])
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        figures = {**figures, **step_split(rows)}
+        figures = {**figures, **step_split(rows), **by_training_time(rows, figures["target_em"])}
     return figures
+
+
+# each ratio's name and the figure it divides by the synchronous run's
+RATIOS = {"to_target": "seconds_to_target", "to_target_train": "seconds_to_target_train", "phase": "phase_s"}
+
+
+def with_ratios(results: list[dict]) -> list[dict]:
+    """Each run with its ratios against the ``sync`` run of the same seed and latency (None where
+    either never reached the target, or there is no ``sync`` run): ``to_target`` (wall time to the
+    target EM), ``to_target_train`` (training time to it), ``phase`` (the whole phase's wall time)."""
+    base = {(r["seed"], r["latency_s"]): r for r in results if r["mode"] == "sync"}
+    rows = []
+    for r in results:
+        sync = base.get((r["seed"], r["latency_s"]))
+        ratios = {}
+        for name, key in RATIOS.items():
+            value, reference = r.get(key), sync.get(key) if sync else None
+            ratios[name] = value / reference if value is not None and reference else None
+        rows.append({**r, "ratio": ratios})
+    return rows
+
+
+def over_seeds(rows: list[dict]) -> dict[tuple[float, str], dict]:
+    """Per latency and mode other than ``sync``: the number of seeds, and each ratio's mean and
+    worst over them. A seed without the ratio (it never reached the target) leaves the mean over the
+    others and no worst (None)."""
+    summary = {}
+    for latency in sorted({r["latency_s"] for r in rows}, reverse=True):
+        for mode in dict.fromkeys(r["mode"] for r in rows if r["mode"] != "sync"):
+            runs = [r for r in rows if r["latency_s"] == latency and r["mode"] == mode]
+            if not runs:
+                continue
+            figures: dict = {"seeds": len(runs)}
+            for name in RATIOS:
+                values = [r["ratio"][name] for r in runs if r["ratio"][name] is not None]
+                figures[name] = {
+                    "mean": statistics.mean(values) if values else None,
+                    "worst": max(values) if len(values) == len(runs) else None,
+                }
+            summary[latency, mode] = figures
+    return summary
 
 
 def report(results: list[dict], target: float) -> None:
     """One row per run, then each mode's ratios over the seeds; every ratio is against the ``sync``
     run of the same seed and latency."""
-    to_target = f"s to EM {target:g}"
-    header = f"{'lat s':>5} {'seed':>4} {'mode':<7} {to_target:>12} {'ratio':>6} {'phase s':>8} {'ratio':>6}"
-    print(f"\n{header} {'s/step':>7} {'wait s':>7} {'train s':>7} {'last EM':>8}")
-    ratios: dict[tuple[float, str], list[tuple[float | None, float]]] = {}
-    for latency in sorted({r["latency_s"] for r in results}, reverse=True):
-        for seed in sorted({r["seed"] for r in results}):
-            runs = {r["mode"]: r for r in results if r["seed"] == seed and r["latency_s"] == latency}
-            base = runs.get("sync", {})
-            for mode, r in runs.items():
-                t, t0 = r["seconds_to_target"], base.get("seconds_to_target")
-                ratio = t / t0 if t is not None and t0 else None
-                phase_ratio = r["phase_s"] / base["phase_s"] if base else None
-                if mode != "sync" and phase_ratio is not None:
-                    ratios.setdefault((latency, mode), []).append((ratio, phase_ratio))
-                shown = f"{t:.0f}" if t is not None else "never"
-                print(
-                    f"{latency:>5g} {seed:>4} {mode:<7} {shown:>12} {_shown(ratio):>6} {r['phase_s']:>8.0f} "
-                    f"{_shown(phase_ratio):>6} {r['step_s_median']:>7.2f} {r['wait_s_median']:>7.2f} "
-                    f"{r['train_s_median']:>7.2f} {r['last_val_em']:>8.3f}"
-                )
-    summary = f"{'to EM: mean':>11} {'worst':>6} {'phase: mean':>11} {'worst':>6}"
-    print(f"\n{'lat s':>5} {'mode':<7} {'seeds':>5} {summary}")
-    for (latency, mode), pairs in ratios.items():
-        to = [a for a, _ in pairs if a is not None]
-        phase = [b for _, b in pairs]
-        # a seed that never reached the target makes the worst "never"
-        worst_to = max(to) if len(to) == len(pairs) else None
+    rows = with_ratios(results)
+    to = f"to EM {target:g} s"
+    head = f"{'lat s':>5} {'seed':>4} {'mode':<7} {to:>11} {'ratio':>6} {'training s':>10} {'ratio':>6}"
+    print(f"\n{head} {'phase s':>8} {'ratio':>6} {'s/step':>7} {'wait s':>7} {'passes s':>8} {'last EM':>8}")
+    for r in sorted(rows, key=lambda r: (-r["latency_s"], r["seed"])):
+        ratio = r["ratio"]
         print(
-            f"{latency:>5g} {mode:<7} {len(pairs):>5} {_shown(statistics.mean(to) if to else None):>11} "
-            f"{_shown(worst_to):>6} {statistics.mean(phase):>11.2f} {max(phase):>6.2f}"
+            f"{r['latency_s']:>5g} {r['seed']:>4} {r['mode']:<7} {_seconds(r['seconds_to_target']):>11} "
+            f"{_shown(ratio['to_target']):>6} {_seconds(r.get('seconds_to_target_train')):>10} "
+            f"{_shown(ratio['to_target_train']):>6} {r['phase_s']:>8.0f} {_shown(ratio['phase']):>6} "
+            f"{r['step_s_median']:>7.2f} {r['wait_s_median']:>7.2f} {r['train_s_median']:>8.2f} "
+            f"{r['last_val_em']:>8.3f}"
         )
+    print("\nratios over the seeds, mean / worst: wall time to the target, training time to it, phase")
+    for (latency, mode), figures in over_seeds(rows).items():
+        shown = "   ".join(f"{_shown(figures[n]['mean'])} / {_shown(figures[n]['worst'])}" for n in RATIOS)
+        print(f"{latency:>5g} {mode:<7} {figures['seeds']} seeds   {shown}")
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.0f}"
 
 
 def _shown(ratio: float | None) -> str:
@@ -162,7 +209,8 @@ def _shown(ratio: float | None) -> str:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    """Validation EM by wall time: one panel per latency, one colour per mode, one style per seed."""
+    """Validation EM by wall time (top row) and training time (bottom), one column per latency, one
+    colour per mode, one style per seed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,17 +221,22 @@ def plot(results: list[dict], path: Path) -> None:
     styles = ["-", "--", ":"]
     latencies = sorted({r["latency_s"] for r in results}, reverse=True)
     seeds = sorted({r["seed"] for r in results})
-    fig, axes = plt.subplots(1, len(latencies), figsize=(7 * len(latencies), 4.5), sharey=True, squeeze=False)
-    for ax, latency in zip(axes[0], latencies, strict=True):
-        for r in (r for r in results if r["latency_s"] == latency):
-            times, ems = zip(*r["curve"], strict=True) if r["curve"] else ((), ())
-            label = f"{r['mode']}, seed {r['seed']}"
-            ax.plot(times, ems, styles[seeds.index(r["seed"]) % 3], color=colours.get(r["mode"]), label=label)
-        ax.axhline(results[0]["target_em"], color="black", linewidth=0.5)
-        ax.set_xlabel("wall time of training (s)")
-        ax.set_title(f"search latency {latency:g} s (median)")
-        ax.legend(fontsize=7, ncol=2)
-    axes[0][0].set_ylabel("held-out validation EM (greedy)")
+    fig, axes = plt.subplots(2, len(latencies), figsize=(7 * len(latencies), 8), sharey=True, squeeze=False)
+    for row, (key, axis) in enumerate(
+        (("curve", "wall time of fit() (s)"), ("curve_train", "training time (s)"))
+    ):
+        for ax, latency in zip(axes[row], latencies, strict=True):
+            for r in (r for r in results if r["latency_s"] == latency):
+                times, ems = zip(*r[key], strict=True) if r[key] else ((), ())
+                style = styles[seeds.index(r["seed"]) % 3]
+                ax.plot(
+                    times, ems, style, color=colours.get(r["mode"]), label=f"{r['mode']}, seed {r['seed']}"
+                )
+            ax.axhline(results[0]["target_em"], color="black", linewidth=0.5)
+            ax.set_xlabel(axis)
+            ax.set_title(f"search latency {latency:g} s (median)")
+        axes[row][0].set_ylabel("held-out validation EM (greedy)")
+    axes[0][-1].legend(fontsize=7, ncol=3)
     fig.suptitle("PPO on the quickstart world: drawn ahead against synchronous")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,11 +34,14 @@ def validate(
 ) -> dict[str, float]:
     """``val/<source>/<metric>`` per data source and ``val/all/<metric>`` over all of them, from one
     greedy rollout of each prompt in batches of ``data.val_batch_size``; the records count the calls
-    of each of the run's ``tools`` by name."""
+    of each of the run's ``tools`` by name. Also ``timing_s/validation``: the driver's wait for all
+    of it, which ``training/elapsed_s`` counts and ``timing_s/step`` does not."""
+    began = time.perf_counter()
     sampler.drain()  # where the actor's engine serves one rollout at a time
     records = []
     size = data.val_batch_size
     for start in tqdm(range(0, len(prompts), size), desc="validating", leave=False):
         rollout = sampler.generate(list(prompts[start : start + size]), step, validate=True)
         records += records_of(rollout.trajectories, tokenizer)
-    return flat_metrics(records, "val", tools=tools.names)
+    waited = {"timing_s/validation": time.perf_counter() - began}
+    return flat_metrics(records, "val", tools=tools.names) | waited

@@ -45,6 +45,11 @@ def test_grpo_three_steps_builds_no_critic_skips_the_old_log_prob_pass_and_keeps
         assert all(math.isfinite(v) for v in row.values() if isinstance(v, float))
         assert "actor/kl_loss" in row  # grpo preset: KL as a loss term
     assert after["reference"] == before["reference"] and after["actor"] != before["actor"]
+    # every step validated: its wait is timed on its own, counted by the elapsed time, not by the step's
+    for previous, row in zip(rows, rows[1:], strict=False):
+        assert row["timing_s/validation"] > 0
+        elapsed = row["training/elapsed_s"] - previous["training/elapsed_s"]
+        assert elapsed >= row["timing_s/step"] + row["timing_s/validation"]
     # save_freq=0, yet each validated step saved a checkpoint ranked by its own val/all/f1
     f1 = {row["step"]: row["val/all/f1"] for row in rows}
     best_step = max(f1, key=lambda step: (f1[step], step))
