@@ -197,10 +197,12 @@ def _check_signal_options(cfg: ExperimentConfig, problems: list[str]) -> None:
         problems.append(
             f"config key 'algorithm.dynamic_sampling.max_rounds' must be >= 1, got {sampling.max_rounds}"
         )
-    if sampling.enable and staleness_bound(cfg.trainer) > 0:
+    if sampling.enable and staleness_bound(cfg.trainer) > 0 and cfg.trainer.take_groups != "first_done":
         problems.append(
-            "algorithm.dynamic_sampling.enable needs trainer.max_staleness=0 (a step's extra "
-            "generation rounds would wait on the rollout drawn ahead)"
+            "algorithm.dynamic_sampling.enable with trainer.max_staleness > 0 needs "
+            "trainer.take_groups=first_done (drawn ahead by step, a step's extra generation rounds "
+            "would wait on the rollouts drawn ahead; by groups a tied group leaves the buffer and "
+            "another draw takes its place)"
         )
     budget = cfg.data.max_response_length
     if not 0 <= reward.overlong_buffer < budget:

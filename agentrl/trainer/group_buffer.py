@@ -26,9 +26,15 @@ With ``stale_group=drop`` nothing is forced: a group done past the bound (t − 
 fill the batch. Either way the batch is ordered by draw and prompt, as the step-granular one is, and
 a group's version is the one its turns record (never older than the driver's view at submission).
 
+With a ``Screen`` (``algorithm.dynamic_sampling``) a take scores each group once, when it first
+finds it done, and one without a signal (all its samples alike) leaves the run at once, counted,
+and never holds a slot or a bound; when the groups left cannot fill the batch the take draws again,
+up to ``Screen.extra_draws`` times, then fills what is missing with the groups it left out, oldest
+first (``dynamic_sampling/padded_groups``), so a batch always has ``data.train_batch_size`` groups.
+
 A checkpoint resumes the buffer by redrawing (``record``/``restore``): the loader restarts before
 the oldest draw with a group not yet trained, those draws' prompts are drawn again, and the groups
-neither trained nor dropped are generated again, on the restored weights.
+neither trained, dropped nor left out are generated again, on the restored weights.
 """
 
 from __future__ import annotations
@@ -40,12 +46,24 @@ from typing import Any
 from agentrl.agent.generation import RolloutResult
 from agentrl.config.schema import StaleGroup
 from agentrl.trainer.dataset import StatefulLoader
+from agentrl.trainer.group_filter import Scored
+from agentrl.trainer.rollout_ahead import Taken
 
 # submit(prompt, draw, index, weights_version, rank): the group's call on rollout worker ``rank``
 GENERATE = "generate_sequences"  # the rollout workers' method each group's call runs
 SubmitGroup = Callable[[Any, int, int, int, int], Any]
 
-__all__ = ["GroupBuffer"]
+__all__ = ["GroupBuffer", "Screen"]
+
+
+@dataclass(frozen=True)
+class Screen:
+    """Which done groups a take trains (module docstring): ``score`` once per group, ``informative``
+    on its scores; up to ``extra_draws`` draws a take for the groups it leaves out."""
+
+    score: Callable[[RolloutResult], Scored]
+    informative: Callable[[Scored], bool]
+    extra_draws: int
 
 
 @dataclass
@@ -58,6 +76,7 @@ class Unit:
     rank: int
     pending: Any
     result: RolloutResult | None = None
+    scored: Scored | None = None  # a screen's scores of the group, once judged
 
     def done(self) -> bool:
         if self.result is None and self.pending.done():
@@ -162,9 +181,10 @@ class GroupBuffer:
 
     # --- taking ------------------------------------------------------------------------
 
-    def take(self, step: int) -> tuple[RolloutResult, dict[str, float]]:
+    def take(self, step: int, screen: Screen | None = None) -> Taken:
         """(0-based) step ``step``'s batch, trained on the weights of ``step`` updates: the groups the
-        bound forces, then the first done (module docstring); with the buffer's figures."""
+        bound forces, then the first done (module docstring), judged by ``screen`` when given; with
+        the buffer's figures."""
         while len(self.units) < self.batch_size:  # the run's first step, the first after a resume
             self.draw_next(step)  # (new groups, of weights t, change no bound of an older w)
         generating = [unit for unit in self.units if not unit.done()]
@@ -173,16 +193,28 @@ class GroupBuffer:
             "rollout_buffer/groups_generating_at_take": float(len(generating)),
         }
         taken: list[Unit] = []
-        dropped = 0
+        left_out: list[Unit] = []  # judged without a signal: out of the run, unless they pad the batch
+        dropped = draws = padded = 0
         if self.stale_group == "wait":
-            self.take_forced(step, taken)
+            self.take_forced(step, taken, screen, left_out)
         # the forced groups that were still generating: the ones the bound made the step wait for
         waits = len({id(unit) for unit in taken} & {id(unit) for unit in generating})
         while len(taken) < self.batch_size:
             if self.stale_group == "drop":
                 dropped += self.drop_stale(step)
-                while len(self.units) + len(taken) < self.batch_size:
+            self.judge(screen, left_out)
+            short = self.batch_size - len(taken) - len(self.units)  # even if every group left counts
+            if short > 0:
+                if left_out and screen is not None and draws >= screen.extra_draws:
+                    pads = sorted(left_out, key=lambda u: u.order)[:short]
+                    for unit in pads:
+                        left_out.remove(unit)
+                        taken.append(unit)
+                    padded += len(pads)
+                else:
                     self.draw_next(step)
+                    draws += 1
+                continue
             ready = sorted((u for u in self.units if u.done()), key=lambda u: u.order)
             if not ready:
                 self.group.wait_any([u.pending for u in self.units], GENERATE)
@@ -193,15 +225,37 @@ class GroupBuffer:
         taken.sort(key=lambda u: (u.draw, u.index))
         metrics["rollout_buffer/draws_in_batch"] = float(len({u.draw for u in taken}))
         self.settle()
-        return RolloutResult.merge([u.result for u in taken]), metrics
+        rollout = RolloutResult.merge([u.result for u in taken])
+        if screen is None:
+            return Taken(rollout, metrics)
+        metrics |= {
+            "dynamic_sampling/informative_groups": float(len(taken) - padded),
+            "dynamic_sampling/padded_groups": float(padded),
+            "dynamic_sampling/left_out_groups": float(len(left_out)),
+            "dynamic_sampling/extra_draws": float(draws),
+        }
+        return Taken(rollout, metrics, [u.scored for u in taken], [u.scored for u in left_out])
 
-    def take_forced(self, step: int, taken: list[Unit]) -> None:
+    def judge(self, screen: Screen | None, left_out: list[Unit]) -> None:
+        """Score each group found done for the first time; one without a signal leaves the buffer
+        for ``left_out``, resolved (a resumed run does not generate it again)."""
+        if screen is None:
+            return
+        for unit in [u for u in self.units if u.scored is None and u.done()]:
+            unit.scored = screen.score(unit.result)
+            if not screen.informative(unit.scored):
+                self.units.remove(unit)
+                self.resolve(unit)
+                left_out.append(unit)
+
+    def take_forced(self, step: int, taken: list[Unit], screen: Screen | None, left_out: list[Unit]) -> None:
         """Move to ``taken`` the groups the bound forces at ``step`` (module docstring, 1.), oldest
-        first, waiting for them as they finish."""
+        first, waiting for them as they finish; a forced group ``screen`` leaves out is resolved so."""
         k, size = self.max_staleness, self.batch_size
         while True:
             for unit in self.units:  # a group done may turn out newer than the driver's view
                 unit.done()
+            self.judge(screen, left_out)
             short, excess = None, 0  # the oldest w whose groups too few steps are left to train
             for w in range(step - k, step):
                 older = [u for u in self.units if u.version <= w]

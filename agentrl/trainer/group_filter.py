@@ -28,6 +28,8 @@ __all__ = [
     "Selection",
     "fill_groups",
     "group_rows",
+    "informative",
+    "merge_scored",
     "select_groups",
     "signal_metrics",
     "tied_share",
@@ -207,15 +209,7 @@ def fill_groups(
     group_ids = [t.group_id for t in trajectories]
     selection = select_groups(group_ids, outcomes, target, turn_values if by_turns else None)
     merged = _merge_rounds([part.rollout for part in rounds])
-    kept_trajectories = [trajectories[i] for i in selection.rows]
-    batch = collate(kept_trajectories)
-    kept = Scored(
-        RolloutResult(kept_trajectories, merged.metrics, merged.per_rank, merged.summed),
-        batch,
-        _weighted_metrics(rounds),
-    )
-    # the outcome on every row of its trajectory; the caller scores the kept rows' turns anew
-    batch["scores"] = rows_of_trajectories(kept, outcomes[selection.rows])
+    kept = _kept(trajectories, outcomes, selection.rows, merged, _weighted_metrics(rounds), collate)
     drawn = len(group_rows(group_ids))
     metrics = {
         "dynamic_sampling/rounds": float(len(rounds)),
@@ -225,6 +219,39 @@ def fill_groups(
     }
     metrics |= signal_metrics(group_ids, outcomes, grouped=True, turn_values=turn_values)
     return kept, metrics
+
+
+def merge_scored(
+    kept: Sequence[Scored], collate: Callable[[list[Trajectory]], Batch], left_out: Sequence[Scored] = ()
+) -> Scored:
+    """Scored groups that generated side by side (taken as they finish) as one: the ``kept``
+    groups' trajectories in order, ``collate``d anew with each one's outcome carried over (the
+    caller scores the turns anew); the rollout metrics (merged as data-parallel ranks' are:
+    ``RolloutResult.merge``) and the reward metrics (averaged over every row) of all of them, those
+    ``left_out`` of the batch too, as ``fill_groups`` reports every round."""
+    trajectories = [t for part in kept for t in part.rollout.trajectories]
+    outcomes = torch.cat([part.outcomes for part in kept])
+    generated = RolloutResult.merge([part.rollout for part in [*kept, *left_out]])
+    everything = _weighted_metrics([*kept, *left_out])
+    return _kept(trajectories, outcomes, range(len(trajectories)), generated, everything, collate)
+
+
+def _kept(
+    trajectories: Sequence[Trajectory],
+    outcomes: torch.Tensor,
+    rows: Sequence[int],
+    generated: RolloutResult,
+    reward_metrics: dict[str, float],
+    collate: Callable[[list[Trajectory]], Batch],
+) -> Scored:
+    """The trajectories at ``rows`` collated, each with its outcome on every one of its rows; the
+    rollout metrics are those of everything ``generated``."""
+    kept_trajectories = [trajectories[i] for i in rows]
+    batch = collate(kept_trajectories)
+    rollout = RolloutResult(kept_trajectories, generated.metrics, generated.per_rank, generated.summed)
+    kept = Scored(rollout, batch, reward_metrics)
+    batch["scores"] = rows_of_trajectories(kept, outcomes[list(rows)])
+    return kept
 
 
 def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
@@ -242,3 +269,9 @@ def _merge_rounds(parts: Sequence[RolloutResult]) -> RolloutResult:
 def _informative_groups(part: Scored, by_turns: bool) -> int:
     groups = _tied_groups(part.group_ids, part.outcomes, part.turn_values if by_turns else None)
     return sum(not tied for _, tied in groups.values())
+
+
+def informative(group: Scored, by_turns: bool) -> bool:
+    """Whether one prompt's scored group carries a signal: its outcomes differ, or with ``by_turns``
+    any turn's rewards do (``algorithm.dynamic_sampling.signal``)."""
+    return _informative_groups(group, by_turns) > 0

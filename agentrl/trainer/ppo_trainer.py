@@ -171,21 +171,21 @@ class PPOTrainer:
         during this step's update."""
         timer = StepTimer()
         with timer("step"):
-            with timer("gen_wait"):
-                rollout, ahead_metrics = self.sampler.take_ahead(self.global_step)
+            with timer("gen_wait"):  # with dynamic sampling by groups, their scoring too
+                taken = self.sampler.take_ahead(self.global_step, timer)
             # up to max_staleness (by groups: trainer.groups_ahead) in flight; without rollout workers
             # (one at most) the actor's engine is brought up to date before it draws
             sync = None if self.roles.rollout else lambda: self.sync_engine(timer)
             self.sampler.fill_ahead(self.global_step, self.can_draw_ahead, sync)
-            scored = self.sampler.score(rollout, timer)
+            scored, signal = self.sampler.scored_ahead(taken, self.global_step, timer)
             batch, metrics = self.learn(scored, timer, off_policy=True)
             if self.roles.rollout is not None:  # the rollouts in flight go on with the new weights
                 metrics |= self.push_weights(self.global_step + 1, timer)
             elif self.config.trainer.partial_rollout != "off" and self.sampler.in_flight:
                 with timer("weight_sync_partial"):  # the rollout in flight goes on with the new weights
                     self.roles.actor.run_all("sync_engine", self.global_step + 1)
-        metrics |= self.sampler.signal(scored) | ahead_metrics
-        return self.close_step(rollout, batch, metrics, timer)
+        metrics |= signal
+        return self.close_step(scored.rollout, batch, metrics, timer)
 
     def sync_engine(self, timer: StepTimer) -> None:
         with timer("weight_sync"):

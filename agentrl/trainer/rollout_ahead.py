@@ -12,11 +12,24 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentrl.agent.generation import RolloutResult
 from agentrl.cluster.group import Pending
+from agentrl.trainer.group_filter import Scored
+
+
+@dataclass
+class Taken:
+    """What a step takes of the rollouts drawn ahead: the rollout it trains on and the figures of
+    what held it; where a screen judged the groups (dynamic sampling by groups), each taken group's
+    scores, in the rollout's order, and those of the groups it left out of the run."""
+
+    rollout: RolloutResult
+    metrics: dict[str, float] = field(default_factory=dict)
+    scored: list[Scored] = field(default_factory=list)
+    left_out: list[Scored] = field(default_factory=list)
 
 
 @dataclass
@@ -71,11 +84,14 @@ class StepsAhead:
     def restore(self, record: dict) -> None:
         """Nothing to restore (``record``)."""
 
-    def take(self, step: int) -> tuple[RolloutResult, dict[str, float]]:
+    def take(self, step: int, screen: None = None) -> Taken:
         """The rollout (0-based) step ``step`` trains on, waited for: the oldest in flight, or one
-        submitted now (a run's first step, or the first after a resume); no figures of its own."""
+        submitted now (a run's first step, or the first after a resume); no figures of its own. A
+        step's rollout is taken whole: no screen (the config refuses dynamic sampling by step)."""
+        if screen is not None:
+            raise ValueError("a rollout drawn ahead by step is taken whole: no screen")
         ahead = self.ahead.popleft() if self.ahead else self.submit(step, step)
-        return ahead.result(), {}
+        return Taken(ahead.result())
 
     def draw(self, step: int, weights_version: int) -> None:
         """Submit (0-based) step ``step``'s rollout now, on the generator's weights of

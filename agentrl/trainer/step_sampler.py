@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 from agentrl.agent.collate import collate
@@ -26,10 +27,10 @@ from agentrl.config.schema import ExperimentConfig, staleness_bound
 from agentrl.core.batch import Batch
 from agentrl.seeding import derive_seed
 from agentrl.trainer.dataset import StatefulLoader
-from agentrl.trainer.group_buffer import GroupBuffer
-from agentrl.trainer.group_filter import Scored, fill_groups, signal_metrics
+from agentrl.trainer.group_buffer import GroupBuffer, Screen
+from agentrl.trainer.group_filter import Scored, fill_groups, informative, merge_scored, signal_metrics
 from agentrl.trainer.roles import Roles
-from agentrl.trainer.rollout_ahead import RolloutAhead, StepsAhead
+from agentrl.trainer.rollout_ahead import RolloutAhead, StepsAhead, Taken
 from agentrl.trainer.step_metrics import StepTimer
 from agentrl.workers.reward import turn_scores
 
@@ -95,10 +96,46 @@ class StepSampler:
         """Resume the rollouts drawn ahead from a checkpoint's ``ahead_record``."""
         self.ahead.restore(record)
 
-    def take_ahead(self, step: int) -> tuple[RolloutResult, dict[str, float]]:
+    def take_ahead(self, step: int, timer: StepTimer) -> Taken:
         """The rollout (0-based) step ``step`` trains on, waited for, and the figures of what holds
-        it. Its trajectories carry the version of the weights that sampled each turn."""
-        return self.ahead.take(step)
+        it. Its trajectories carry the version of the weights that sampled each turn. With dynamic
+        sampling (groups taken as they finish: the config refuses it by step) each group is scored
+        as the take finds it done, and only those with a signal are trained (``group_buffer.Screen``)."""
+        sampling = self.config.algorithm.dynamic_sampling
+        if not sampling.enable:
+            return self.ahead.take(step)
+        by_turns = sampling.signal == "outcome_or_turns"
+        screen = Screen(
+            score=lambda rollout: self.score(rollout, timer),
+            informative=lambda group: informative(group, by_turns),
+            extra_draws=sampling.max_rounds - 1,
+        )
+        return self.ahead.take(step, screen)
+
+    def scored_ahead(self, taken: Taken, step: int, timer: StepTimer) -> tuple[Scored, dict[str, float]]:
+        """(0-based) step ``step``'s taken rollout scored (where a screen already scored its groups:
+        their scores merged, the turns scored anew on the merged rows), and the step's signal
+        metrics, over every group judged (those left out too), with the figures of what held it."""
+        if not taken.scored:
+            scored = self.score(taken.rollout, timer)
+            return scored, self.signal(scored) | taken.metrics
+        scored = merge_scored(taken.scored, self.collate, taken.left_out)
+        scored.batch["turn_scores"], _ = turn_scores(scored.batch, self.config.reward)
+        judged = taken.scored + taken.left_out
+        signal = signal_metrics(
+            [gid for part in judged for gid in part.group_ids],
+            torch.cat([part.outcomes for part in judged]),
+            grouped=self.grouped,
+            turn_values=[values for part in judged for values in part.turn_values],
+        )
+        padded = int(taken.metrics["dynamic_sampling/padded_groups"])
+        if padded:
+            extra = int(taken.metrics["dynamic_sampling/extra_draws"])
+            self.warn(
+                f"step {step + 1}: {padded} tied groups fill the batch after {extra} extra draws "
+                "(algorithm.dynamic_sampling.max_rounds)"
+            )
+        return scored, signal | taken.metrics
 
     def draw_ahead(self, step: int, weights_version: int) -> None:
         """Submit (0-based) step ``step``'s rollout now, on the generator's weights of

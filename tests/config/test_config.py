@@ -1,5 +1,6 @@
 """Config: presets load, overrides apply, bad keys and values stop with the key named."""
 
+import re
 from typing import get_args
 
 import pytest
@@ -325,8 +326,13 @@ def test_dynamic_sampling_and_the_overlong_options_are_checked_by_key(model_dir)
         ConfigError, match=r"dynamic_sampling\.enable drops groups.*adv_estimator=gae has none"
     ):
         load_config("ppo", grpo)
-    with pytest.raises(ConfigError, match=r"dynamic_sampling\.enable needs trainer\.max_staleness=0"):
+    by_step = "dynamic_sampling.enable with trainer.max_staleness > 0 needs trainer.take_groups=first_done"
+    by_step = re.escape(by_step)
+    with pytest.raises(ConfigError, match=by_step):
         load_config("grpo", [*grpo, "trainer.max_staleness=1", "actor.skip_old_log_prob=false"])
+    by_groups = ["trainer.max_staleness=2", "trainer.take_groups=first_done", "resources.rollout_workers=1"]
+    cfg = load_config("grpo", [*grpo, *by_groups, "actor.skip_old_log_prob=false"])
+    assert cfg.algorithm.dynamic_sampling.enable and cfg.trainer.take_groups == "first_done"
     with pytest.raises(ConfigError, match=r"'algorithm\.dynamic_sampling\.max_rounds' must be >= 1, got 0"):
         load_config("grpo", [*grpo, "algorithm.dynamic_sampling.max_rounds=0"])
     budget = ["data.max_response_length=100", f"actor.model_path={model_dir}"]

@@ -14,7 +14,7 @@ import pytest
 from agentrl.agent.generation import RolloutResult
 from agentrl.agent.trajectory import PromptSpec, Trajectory
 from agentrl.trainer.dataset import StatefulLoader
-from agentrl.trainer.group_buffer import GroupBuffer
+from agentrl.trainer.group_buffer import GroupBuffer, Screen
 
 BATCH = 4  # prompts a step
 TRAIN_S = 1.0  # an update's time on the clock
@@ -71,16 +71,24 @@ def buffer_on(clock: Clock, max_staleness: int, stale_group: str = "wait", promp
 
 
 def train(
-    buffer: GroupBuffer, clock: Clock, steps: int, ahead: int, stop_after: int | None = None
+    buffer: GroupBuffer,
+    clock: Clock,
+    steps: int,
+    ahead: int,
+    stop_after: int | None = None,
+    screen: Screen | None = None,
 ) -> list[dict]:
-    """The loop of ``PPOTrainer.off_policy_step`` for a run of ``steps``: take, draw ``ahead`` steps'
-    worth, update; ``stop_after``: the run killed after that many steps."""
+    """The loop of ``PPOTrainer.off_policy_step`` for a run of ``steps``: take (judged by ``screen``),
+    draw ``ahead`` steps' worth, update; ``stop_after``: the run killed after that many steps."""
     taken = []
     for step in range(steps if stop_after is None else stop_after):
-        rollout, metrics = buffer.take(step)
+        took = buffer.take(step, screen) if screen is not None else buffer.take(step)
+        rollout = took.rollout
         groups = sorted({t.group_id for t in rollout.trajectories}, key=rollout_order(rollout))
         versions = {t.group_id: t.turn_versions[0] for t in rollout.trajectories}
-        taken.append({"groups": groups, "staleness": [step - versions[g] for g in groups]} | metrics)
+        left_out = [t.group_id for part in took.left_out for t in part.trajectories[:1]]
+        row = {"groups": groups, "staleness": [step - versions[g] for g in groups], "left_out": left_out}
+        taken.append(row | took.metrics)
         buffer.fill(step, ahead, lambda j, step=step: step + j < steps, None)
         clock.now += TRAIN_S
     return taken
@@ -208,3 +216,84 @@ def test_each_group_goes_to_the_least_busy_rollout_worker():
     clock = Clock(lambda d, i: FAST_S, world_size=2)
     train(buffer_on(clock, 2), clock, 3, 2)
     assert clock.ranks[:BATCH] == [0, 1, 0, 1]
+
+
+def tied_screen(tied: set[tuple[int, int]], extra_draws: int = 3) -> tuple[Screen, list[str]]:
+    """A screen on which the groups of ``tied`` (draw, prompt) carry no signal; the groups it scored,
+    in order (the score is the rollout itself: the buffer only passes it on)."""
+    judged: list[str] = []
+
+    def score(rollout: RolloutResult) -> RolloutResult:
+        judged.append(rollout.trajectories[0].group_id)
+        return rollout
+
+    def informative(rollout: RolloutResult) -> bool:
+        return draw_of(rollout.trajectories[0].group_id) not in tied
+
+    return Screen(score, informative, extra_draws), judged
+
+
+def test_a_group_without_a_signal_leaves_the_run_at_once_counted_and_a_further_draw_takes_its_place():
+    tied = {(0, 1), (1, 2), (1, 3)}
+    clock = Clock(lambda d, i: FAST_S)
+    screen, judged = tied_screen(tied)
+    taken = train(buffer_on(clock, 2), clock, 5, 2, screen=screen)
+    trained = [draw_of(g) for b in taken for g in b["groups"]]
+    assert not set(trained) & tied and len(trained) == len(set(trained)) == 5 * BATCH
+    assert sorted(draw_of(g) for b in taken for g in b["left_out"]) == sorted(tied)
+    assert sum(b["dynamic_sampling/left_out_groups"] for b in taken) == len(tied)
+    assert all(b["dynamic_sampling/padded_groups"] == 0 for b in taken)
+    assert all(b["dynamic_sampling/informative_groups"] == BATCH for b in taken)
+    assert all(max(b["staleness"]) <= 2 for b in taken)
+    assert len(judged) == len(set(judged)), "each group is scored once"
+    assert sum(b["dynamic_sampling/extra_draws"] for b in taken) >= 1  # draw 0 alone could not fill step 0
+
+
+def test_when_the_extra_draws_run_out_the_groups_left_out_fill_the_batch_oldest_first():
+    tied = {(d, i) for d in range(40) for i in range(BATCH)} - {(0, 0)}  # one group with a signal
+    clock = Clock(lambda d, i: FAST_S)
+    screen, _ = tied_screen(tied, extra_draws=1)
+    (first,) = train(buffer_on(clock, 2), clock, 1, 2, screen=screen)
+    assert first["dynamic_sampling/informative_groups"] == 1 and first["dynamic_sampling/extra_draws"] == 1
+    assert first["dynamic_sampling/padded_groups"] == BATCH - 1
+    assert [draw_of(g) for g in first["groups"]] == [(0, 0), (0, 1), (0, 2), (0, 3)], "the oldest pad"
+    assert first["dynamic_sampling/left_out_groups"] == BATCH, "the extra draw's groups leave the run"
+
+
+@pytest.mark.parametrize("stale_group", ["wait", "drop"])
+@pytest.mark.parametrize("max_staleness", [2, 4])
+def test_under_any_finishing_order_and_ties_a_screened_run_trains_full_batches_within_the_bound(
+    max_staleness, stale_group
+):
+    rng = random.Random(10 + max_staleness)
+    durations, ties = {}, {}
+    clock = Clock(lambda d, i: durations.setdefault((d, i), rng.lognormvariate(0.0, 1.2)))
+    tied = {(d, i) for d in range(200) for i in range(BATCH) if ties.setdefault((d, i), rng.random() < 0.3)}
+    screen, judged = tied_screen(tied, extra_draws=2)
+    taken = train(
+        buffer_on(clock, max_staleness, stale_group, prompts=800), clock, 20, max_staleness, screen=screen
+    )
+    trained = [g for b in taken for g in b["groups"]]
+    assert len(trained) == len(set(trained)) == 20 * BATCH
+    assert all(0 <= s <= max_staleness for b in taken for s in b["staleness"])
+    padded = sum(b["dynamic_sampling/padded_groups"] for b in taken)
+    assert sum(draw_of(g) in tied for g in trained) == padded, "a tied group is trained only as padding"
+    left = [g for b in taken for g in b["left_out"]]
+    assert not set(left) & set(trained) and all(draw_of(g) in tied for g in left)
+    assert len(judged) == len(set(judged))
+
+
+def test_a_resumed_screened_buffer_does_not_generate_again_the_groups_it_left_out():
+    tied = {(0, 2), (1, 0)}
+    clock = Clock(lambda d, i: 2.5 if (d, i) == (1, 3) else FAST_S)
+    buffer = buffer_on(clock, 2)
+    screen, _ = tied_screen(tied)
+    train(buffer, clock, 10, 2, stop_after=2, screen=screen)
+    record, loader_state = buffer.record(), buffer.loader_state()
+    again = Clock(lambda d, i: FAST_S)
+    resumed = buffer_on(again, 2)
+    resumed.loader.load_state_dict(loader_state)
+    resumed.restore(record)
+    resumed.take(2, screen)
+    assert not tied & set(again.submitted), "left out before the checkpoint: not generated again"
+    assert (1, 3) in again.submitted

@@ -89,6 +89,46 @@ def test_grpo_with_dynamic_sampling_draws_rounds_keeps_the_batch_size_and_logs_t
     assert trainer.loader.state_dict()["position"] == sum(r["dynamic_sampling/rounds"] for r in rows)
 
 
+def test_dynamic_sampling_by_groups_trains_full_batches_where_only_padding_ties_within_the_bound(
+    search_world, tmp_path, monkeypatch
+):
+    trained = []  # per step: how many of its groups tie, and the staleness of its tokens
+    learn = PPOTrainer.learn
+
+    def spy(self, scored, timer, off_policy):
+        ties = {}
+        for trajectory, outcome in zip(scored.rollout.trajectories, scored.outcomes.tolist(), strict=True):
+            ties.setdefault(trajectory.group_id, set()).add(outcome)
+        versions = scored.batch["response_versions"][scored.batch["response_mask"] > 0]
+        trained.append(
+            (len(ties), sum(len(v) == 1 for v in ties.values()), int((self.global_step - versions).max()))
+        )
+        return learn(self, scored, timer, off_policy)
+
+    monkeypatch.setattr(PPOTrainer, "learn", spy)
+    run_dir = tmp_path / "dapo_by_groups"
+    dapo = {
+        **CONTINUED,
+        "actor.rollout.n": 2,
+        "algorithm.dynamic_sampling.enable": True,
+        "algorithm.dynamic_sampling.max_rounds": 2,
+        "algorithm.dynamic_sampling.signal": "outcome",
+        "trainer.max_staleness": 2,
+        "trainer.take_groups": "first_done",
+    }
+    run("grpo", search_world.overrides(run_dir, steps=3, **dapo), in_process=True)
+    rows = read_metrics(run_dir)
+    assert len(rows) == len(trained) == 3
+    for row, (groups, tied, staleness) in zip(rows, trained, strict=True):
+        assert groups == 4, "the batch always holds data.train_batch_size groups"
+        assert row["dynamic_sampling/informative_groups"] + row["dynamic_sampling/padded_groups"] == 4
+        assert tied == row["dynamic_sampling/padded_groups"], "a tied group is trained only as padding"
+        assert 0 <= row["dynamic_sampling/extra_draws"] <= 1 and staleness <= 2
+        assert row["dynamic_sampling/left_out_groups"] >= 0 and 0 <= row["signal/tied_group_share"] <= 1
+    # the signal is over every group judged, those left out too: a step that left some out saw ties
+    assert all(r["signal/tied_group_share"] > 0 for r in rows if r["dynamic_sampling/left_out_groups"] > 0)
+
+
 def test_reward_goes_up_on_an_easy_task(search_world, tmp_path):
     run_dir = tmp_path / "easy"
     overrides = search_world.overrides(
