@@ -215,9 +215,11 @@ class GroupBuffer:
                     self.draw_next(step)
                     draws += 1
                 continue
-            ready = sorted((u for u in self.units if u.done()), key=lambda u: u.order)
+            ready = sorted((u for u in self.units if self.ready(u, screen)), key=lambda u: u.order)
             if not ready:
-                self.group.wait_any([u.pending for u in self.units], GENERATE)
+                generating = [u.pending for u in self.units if not u.done()]
+                if generating:  # else a group finished since the judging: the next pass judges it
+                    self.group.wait_any(generating, GENERATE)
             for unit in ready[: self.batch_size - len(taken)]:
                 self.move(unit, taken)
         metrics["rollout_buffer/bound_waits"] = float(waits)
@@ -235,6 +237,11 @@ class GroupBuffer:
             "dynamic_sampling/extra_draws": float(draws),
         }
         return Taken(rollout, metrics, [u.scored for u in taken], [u.scored for u in left_out])
+
+    @staticmethod
+    def ready(unit: Unit, screen: Screen | None) -> bool:
+        """Done, and judged where a screen judges: a group may finish between a judging and this look."""
+        return unit.done() if screen is None else unit.scored is not None
 
     def judge(self, screen: Screen | None, left_out: list[Unit]) -> None:
         """Score each group found done for the first time; one without a signal leaves the buffer

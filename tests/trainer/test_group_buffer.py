@@ -297,3 +297,31 @@ def test_a_resumed_screened_buffer_does_not_generate_again_the_groups_it_left_ou
     resumed.take(2, screen)
     assert not tied & set(again.submitted), "left out before the checkpoint: not generated again"
     assert (1, 3) in again.submitted
+
+
+class SecondLook(Call):
+    """A call that finishes between two looks: done from the second time it is asked."""
+
+    def __init__(self, clock: Clock, finish: float, draw: int, index: int, version: int) -> None:
+        super().__init__(clock, finish, draw, index, version)
+        self.looks = 0
+
+    def done(self) -> bool:
+        self.looks += 1
+        return self.looks >= 2
+
+
+def test_a_group_that_finishes_between_the_judging_and_the_take_is_judged_before_it_is_trained():
+    clock = Clock(lambda d, i: FAST_S)
+    loader = StatefulLoader(list(range(64)), BATCH, shuffle=True, seed=3)
+
+    def submit(prompt: int, draw: int, index: int, version: int, rank: int) -> Call:
+        clock.submit(prompt, draw, index, version, rank)
+        return SecondLook(clock, 0.0, draw, index, version)
+
+    buffer = GroupBuffer(loader, clock, submit, BATCH, 2, "wait")
+    screen, judged = tied_screen({(0, 1)})
+    took = buffer.take(0, screen)
+    trained = [t.group_id for t in took.rollout.trajectories[::2]]
+    assert "d0-p1" not in trained and len(trained) == BATCH
+    assert set(trained) <= set(judged) and all(part is not None for part in took.scored)
