@@ -206,11 +206,7 @@ class GroupBuffer:
             short = self.batch_size - len(taken) - len(self.units)  # even if every group left counts
             if short > 0:
                 if left_out and screen is not None and draws >= screen.extra_draws:
-                    pads = sorted(left_out, key=lambda u: u.order)[:short]
-                    for unit in pads:
-                        left_out.remove(unit)
-                        taken.append(unit)
-                    padded += len(pads)
+                    padded += self.pad(left_out, taken, short)
                 else:
                     self.draw_next(step)
                     draws += 1
@@ -237,6 +233,15 @@ class GroupBuffer:
             "dynamic_sampling/extra_draws": float(draws),
         }
         return Taken(rollout, metrics, [u.scored for u in taken], [u.scored for u in left_out])
+
+    @staticmethod
+    def pad(left_out: list[Unit], taken: list[Unit], short: int) -> int:
+        """Move up to ``short`` of the groups left out to ``taken``, oldest first; how many."""
+        pads = sorted(left_out, key=lambda u: u.order)[:short]
+        for unit in pads:
+            left_out.remove(unit)
+            taken.append(unit)
+        return len(pads)
 
     @staticmethod
     def ready(unit: Unit, screen: Screen | None) -> bool:
