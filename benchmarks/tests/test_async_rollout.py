@@ -28,7 +28,8 @@ def test_each_ratio_is_against_the_synchronous_run_of_the_same_seed_and_latency(
         _run("ahead2", 1, 1.0, 40, 35, 320),
     ]
     ratios = {(r["mode"], r["seed"], r["latency_s"]): r["ratio"] for r in with_ratios(results)}
-    assert ratios["ahead2", 0, 1.0] == pytest.approx({"to_target": 0.75, "to_target_train": 0.6, "phase": 0.7})
+    expected = {"to_target": 0.75, "to_target_train": 0.6, "phase": 0.7}
+    assert ratios["ahead2", 0, 1.0] == pytest.approx(expected)
     assert ratios["ahead2", 0, 0.3] == pytest.approx({"to_target": 1.1, "to_target_train": 0.8, "phase": 0.9})
     assert ratios["ahead2", 1, 1.0] == pytest.approx({"to_target": 0.5, "to_target_train": 0.5, "phase": 0.5})
     assert ratios["sync", 1, 1.0] == {"to_target": 1.0, "to_target_train": 1.0, "phase": 1.0}
@@ -65,4 +66,5 @@ def test_training_time_sums_the_steps_up_to_each_validation_and_leaves_the_valid
     figures = by_training_time(rows, target=0.55)
     assert figures["curve_train"] == [(0.0, 0.1), pytest.approx((11.0, 0.4)), pytest.approx((20.0, 0.6))]
     assert figures["seconds_to_target_train"] == pytest.approx(20.0)
+    assert figures["outside_steps_s"] == pytest.approx(45.0 - 20.0), "the validations' time, mostly"
     assert by_training_time(rows, target=0.9)["seconds_to_target_train"] is None
