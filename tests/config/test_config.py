@@ -331,6 +331,7 @@ def test_dynamic_sampling_and_the_overlong_options_are_checked_by_key(model_dir)
     with pytest.raises(ConfigError, match=by_step):
         load_config("grpo", [*grpo, "trainer.max_staleness=1", "actor.skip_old_log_prob=false"])
     by_groups = ["trainer.max_staleness=2", "trainer.take_groups=first_done", "resources.rollout_workers=1"]
+    by_groups.append("trainer.partial_rollout=continue")
     cfg = load_config("grpo", [*grpo, *by_groups, "actor.skip_old_log_prob=false"])
     assert cfg.algorithm.dynamic_sampling.enable and cfg.trainer.take_groups == "first_done"
     with pytest.raises(ConfigError, match=r"'algorithm\.dynamic_sampling\.max_rounds' must be >= 1, got 0"):
