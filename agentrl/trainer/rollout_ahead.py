@@ -28,7 +28,7 @@ class Taken:
 
     rollout: RolloutResult
     metrics: dict[str, float] = field(default_factory=dict)
-    scored: list[Scored] = field(default_factory=list)
+    scored: list[Scored] | None = None  # None: no screen judged them, the step scores the rollout
     left_out: list[Scored] = field(default_factory=list)
 
 

@@ -116,7 +116,7 @@ class StepSampler:
         """(0-based) step ``step``'s taken rollout scored (where a screen already scored its groups:
         their scores merged, the turns scored anew on the merged rows), and the step's signal
         metrics, over every group judged (those left out too), with the figures of what held it."""
-        if not taken.scored:
+        if taken.scored is None:
             scored = self.score(taken.rollout, timer)
             return scored, self.signal(scored) | taken.metrics
         scored = merge_scored(taken.scored, self.collate, taken.left_out)
