@@ -9,6 +9,7 @@ from agentrl.trainer.checkpoint import CheckpointManager
 from agentrl.trainer.dataset import StatefulLoader
 from agentrl.trainer.ppo_trainer import PPOTrainer
 from agentrl.trainer.roles import Roles
+from agentrl.trainer.step_metrics import StepTimer
 from agentrl.trainer.step_sampler import StepSampler
 
 
@@ -112,7 +113,7 @@ def test_one_step_off_trains_the_batch_drawn_ahead_at_the_end_of_the_epoch(tiny_
     trainer.sampler = StepSampler(trainer.config, roles, trainer.tokenizer, trainer.loader, grouped=False)
     trained, resume_from = [], []
     while not trainer.finished():  # the loop of off_policy_step, without the workers
-        (indices, version), _ = trainer.sampler.take_ahead(trainer.global_step)
+        indices, version = trainer.sampler.take_ahead(trainer.global_step, StepTimer()).rollout
         if trainer.can_draw_ahead():
             trainer.sampler.draw_ahead(trainer.global_step + 1, trainer.global_step)
         trained.append((indices, trainer.global_step - version))  # the staleness it is trained at

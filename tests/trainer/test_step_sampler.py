@@ -98,10 +98,10 @@ def test_dynamic_sampling_rounds_draw_new_prompts_with_their_own_seeds_and_say_w
 
 def test_a_rollout_drawn_ahead_says_the_weights_version_it_was_submitted_on(tokenizer):
     sampler, actor, _ = _sampler(tokenizer, dynamic=False)
-    first, _ = sampler.take_ahead(0)  # nothing in flight: submitted now, on the current weights
+    first = sampler.take_ahead(0, StepTimer()).rollout  # nothing in flight: submitted now, on weights 0
     sampler.draw_ahead(1, weights_version=0)  # step 1's rollout generates during step 0's update
     assert sampler.in_flight and sampler.loader_state()["position"] == 1  # a resume redraws batch 1
-    second, _ = sampler.take_ahead(1)
+    second = sampler.take_ahead(1, StepTimer()).rollout
     assert actor.versions == [0, 0] and not sampler.in_flight
     assert [c[0] for c in actor.calls] == [[0, 1], [2, 3]]
     assert len(first.trajectories) == len(second.trajectories) == 4
