@@ -79,7 +79,7 @@ def measure(mode: str, latency_s: float, shared: dict, out: Path, seed: int, tar
     phase_s = time.perf_counter() - start
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     curve = [(r.get("training/elapsed_s", 0.0), r["val/all/em"]) for r in rows if "val/all/em" in r]
-    reached = next((t for t, em in curve if em >= target), None)
+    reached = first_reaching(curve, target)
     steps = [r["timing_s/step"] for r in rows if "timing_s/step" in r]
     stale = [r["off_policy/staleness_max"] for r in rows if "off_policy/staleness_max" in r]
     return {
@@ -116,6 +116,11 @@ def step_split(rows: list[dict]) -> dict:
     }
 
 
+def first_reaching(curve: list[tuple[float, float]], target: float) -> float | None:
+    """The first time of a ``(time, EM)`` curve at which EM reaches ``target``; None if it never does."""
+    return next((t for t, em in curve if em >= target), None)
+
+
 def by_training_time(rows: list[dict], target: float) -> dict:
     """The validation curve against training time (the ``timing_s/step`` summed up to each
     validation: ``recipes.curves.minutes_series``, the validations' own time left out, in both
@@ -124,7 +129,7 @@ def by_training_time(rows: list[dict], target: float) -> dict:
 
     minutes, ems = minutes_series(rows, "val/all/em")
     curve = [(60 * m, em) for m, em in zip(minutes, ems, strict=True)]
-    reached = next((t for t, em in curve if em >= target), None)
+    reached = first_reaching(curve, target)
     # fit()'s wall time outside its steps: the validations, most of it (checkpoints, logging)
     elapsed = max((r["training/elapsed_s"] for r in rows if "training/elapsed_s" in r), default=0.0)
     outside = elapsed - sum(r.get("timing_s/step", 0.0) for r in rows)

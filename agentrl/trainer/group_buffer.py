@@ -213,9 +213,9 @@ class GroupBuffer:
                 continue
             ready = sorted((u for u in self.units if self.ready(u, screen)), key=lambda u: u.order)
             if not ready:
-                generating = [u.pending for u in self.units if not u.done()]
-                if generating:  # else a group finished since the judging: the next pass judges it
-                    self.group.wait_any(generating, GENERATE)
+                calls = [u.pending for u in self.units if not u.done()]
+                if calls:  # else a group finished since the judging: the next pass judges it
+                    self.group.wait_any(calls, GENERATE)
             for unit in ready[: self.batch_size - len(taken)]:
                 self.move(unit, taken)
         metrics["rollout_buffer/bound_waits"] = float(waits)

@@ -82,7 +82,7 @@ def train(
     draw ``ahead`` steps' worth, update; ``stop_after``: the run killed after that many steps."""
     taken = []
     for step in range(steps if stop_after is None else stop_after):
-        took = buffer.take(step, screen) if screen is not None else buffer.take(step)
+        took = buffer.take(step, screen)
         rollout = took.rollout
         groups = sorted({t.group_id for t in rollout.trajectories}, key=rollout_order(rollout))
         versions = {t.group_id: t.turn_versions[0] for t in rollout.trajectories}
